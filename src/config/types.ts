@@ -1,0 +1,98 @@
+import type { EndpointName } from '../endpoints.js';
+
+/**
+ * The validated configuration. Produced once at start-up by `parseConfig` / `loadConfigFile` (defaults -> strict
+ * schema -> validation of every key -> deep freeze); nothing else constructs it. Every option is
+ * documented here and, with its default, in the README's configuration reference.
+ */
+export interface Config {
+  readonly server: ServerConfig;
+  readonly auth: AuthConfig;
+  readonly rate_limits: Readonly<Record<string, RateLimitPlan>>;
+  readonly upstreams: Readonly<Record<string, UpstreamConfig>>;
+  /** Endpoint -> upstream names to try in order. Every endpoint is present after validation. */
+  readonly routes: Readonly<Record<EndpointName, readonly string[]>>;
+  readonly cache: CacheConfig;
+  readonly metrics: MetricsConfig;
+  readonly log: LogConfig;
+}
+
+export interface ServerConfig {
+  /** Address to bind. Default `127.0.0.1`: exposing perch is a deliberate choice. */
+  readonly host: string;
+  /** TCP port, 0-65535; 0 picks a free port. Default `8080`. */
+  readonly port: number;
+}
+
+export interface AuthConfig {
+  /** Client keys. At least one is required. Ids and secrets must be unique. */
+  readonly keys: readonly ApiKeyConfig[];
+}
+
+export interface ApiKeyConfig {
+  /** Name used in logs and metrics in place of the secret. `[A-Za-z0-9_.-]{1,64}`. */
+  readonly id: string;
+  /** Name of an entry of `rate_limits`. */
+  readonly plan: string;
+  /**
+   * Lowercase hex SHA-256 of the secret (64 hex digits). Given either `key` (a literal, normally
+   * `${ENV}`) or `sha256` in the file; validation turns a literal into its digest so the secret
+   * itself is not kept.
+   */
+  readonly sha256: string;
+}
+
+export interface RateLimitPlan {
+  /** Bucket size: requests allowed at once from a full bucket. Positive integer. */
+  readonly capacity: number;
+  /** Tokens added per second (sustained rate). Positive number; fractions allowed. */
+  readonly refill_per_second: number;
+}
+
+export type UpstreamConfig = V1UpstreamConfig | FixtureUpstreamConfig;
+
+/** An HTTP provider that speaks this same interface. */
+export interface V1UpstreamConfig {
+  readonly kind: 'v1';
+  /** Origin (`http:` or `https:`, no path, query or credentials), e.g. `https://provider.example`. */
+  readonly url: string;
+  /** Headers added to every upstream request, typically the provider key. Default `{}`. */
+  readonly headers: Readonly<Record<string, string>>;
+  /** Bound on one whole exchange (connect, headers, body). Default `5000`. */
+  readonly timeout_ms: number;
+  /** Keep-alive connections in the pool. Default `64`. */
+  readonly connections: number;
+  /** Largest response body accepted; larger is answered 502. Default `8388608` (8 MiB). */
+  readonly max_body_bytes: number;
+  /**
+   * Retry-After told to clients when the upstream answers 429 without Retry-After or
+   * x-rate-limit-reset. Default `60`.
+   */
+  readonly retry_after_default_seconds: number;
+}
+
+/** The built-in synthetic data source; needs no network. */
+export interface FixtureUpstreamConfig {
+  readonly kind: 'fixture';
+}
+
+export interface CacheConfig {
+  readonly memory: MemoryCacheConfig;
+  /** TTL per endpoint, plus `not_found` for cached upstream 404s. Whole seconds; 0 disables. */
+  readonly ttl_seconds: Readonly<Record<EndpointName | 'not_found', number>>;
+}
+
+export interface MemoryCacheConfig {
+  /** Bound on the bytes held by the in-process cache (bodies plus keys). Default 256 MiB. */
+  readonly max_bytes: number;
+}
+
+export interface MetricsConfig {
+  /** Path of the Prometheus endpoint. Default `/metrics`. */
+  readonly path: string;
+}
+
+export interface LogConfig {
+  /** pino level: fatal, error, warn, info, debug, trace or silent. Default `info`. */
+  readonly level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+}
