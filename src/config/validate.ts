@@ -1,0 +1,263 @@
+import { createHash } from 'node:crypto';
+import { ENDPOINT_NAMES, type EndpointName } from '../endpoints.js';
+import type { ApiKeyConfig, CacheConfig, Config, LogConfig, MetricsConfig, RateLimitPlan, ServerConfig, UpstreamConfig } from './types.js';
+import {
+  NAME_PATTERN,
+  Problems,
+  checkKeys,
+  childPath,
+  field,
+  indexPath,
+  isMapping,
+  readInteger,
+  readPositiveNumber,
+  readSection,
+  readString,
+} from './schema-helpers.js';
+import { validateUpstreams } from './validate-upstreams.js';
+
+const TOP_LEVEL_KEYS = ['server', 'auth', 'rate_limits', 'upstreams', 'routes', 'cache', 'metrics', 'log'];
+
+const LOG_LEVELS: readonly LogConfig['level'][] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
+
+const DEFAULT_TTL_SECONDS: Readonly<Record<EndpointName | 'not_found', number>> = {
+  user: 300,
+  user_by_username: 300,
+  tweets: 60,
+  replies: 60,
+  following: 300,
+  tweet: 600,
+  not_found: 30,
+};
+
+/**
+ * Applies defaults and checks every key of an already parsed and substituted configuration tree.
+ * All problems are collected rather than stopping at the first, so one edit can fix them all.
+ * The returned config is not frozen; `parseConfig` does that.
+ */
+export function validateConfig(raw: unknown): { config: Config } | { problems: string[] } {
+  const problems = new Problems();
+  if (!isMapping(raw)) {
+    problems.add('(top level)', raw == null ? 'the configuration is empty' : 'must be a mapping');
+    return { problems: problems.list };
+  }
+  checkKeys(problems, raw, '', TOP_LEVEL_KEYS);
+
+  const rate_limits = validateRateLimits(problems, field(raw, 'rate_limits'));
+  const upstreams = validateUpstreams(problems, field(raw, 'upstreams'));
+  const config: Config = {
+    server: validateServer(problems, readSection(problems, raw, 'server', '')),
+    // References are checked only against a usable section: a missing, broken or empty
+    // `rate_limits` is already reported, and repeating that for every key would bury the report.
+    auth: { keys: validateKeys(problems, field(raw, 'auth'), usable(rate_limits)) },
+    rate_limits,
+    upstreams,
+    routes: validateRoutes(problems, readSection(problems, raw, 'routes', ''), usable(upstreams)),
+    cache: validateCache(problems, readSection(problems, raw, 'cache', '')),
+    metrics: validateMetrics(problems, readSection(problems, raw, 'metrics', '')),
+    log: validateLog(problems, readSection(problems, raw, 'log', '')),
+  };
+  return problems.list.length > 0 ? { problems: problems.list } : { config };
+}
+
+function usable<T>(section: Record<string, T>): Record<string, T> | undefined {
+  return Object.keys(section).length > 0 ? section : undefined;
+}
+
+function validateServer(problems: Problems, raw: Record<string, unknown>): ServerConfig {
+  checkKeys(problems, raw, 'server', ['host', 'port']);
+  const host = readString(problems, raw, 'host', 'server', '127.0.0.1');
+  if (host === '') problems.add('server.host', 'must not be empty');
+  return {
+    host: host ?? '127.0.0.1',
+    port: readInteger(problems, raw, 'port', 'server', { min: 0, max: 65535, fallback: 8080, expected: 'an integer from 0 to 65535' }),
+  };
+}
+
+function validateRateLimits(problems: Problems, raw: unknown): Record<string, RateLimitPlan> {
+  const path = 'rate_limits';
+  if (raw === undefined) {
+    problems.add(path, 'is required (at least one plan)');
+    return {};
+  }
+  if (!isMapping(raw)) {
+    problems.add(path, 'must be a mapping of plan name to limits');
+    return {};
+  }
+  if (Object.keys(raw).length === 0) problems.add(path, 'must define at least one plan');
+  return Object.fromEntries(
+    Object.entries(raw).map(([name, plan]) => {
+      const at = childPath(path, name);
+      if (!NAME_PATTERN.test(name)) problems.add(at, 'plan name must match [A-Za-z0-9_.-]{1,64}');
+      if (!isMapping(plan)) {
+        problems.add(at, 'must be a mapping with capacity and refill_per_second');
+        return [name, { capacity: 1, refill_per_second: 1 }];
+      }
+      checkKeys(problems, plan, at, ['capacity', 'refill_per_second']);
+      return [
+        name,
+        {
+          capacity: readInteger(problems, plan, 'capacity', at, { min: 1, fallback: 1, required: true, expected: 'a positive integer' }),
+          refill_per_second: readPositiveNumber(problems, plan, 'refill_per_second', at),
+        },
+      ];
+    }),
+  );
+}
+
+const KEY_FIELDS = ['id', 'key', 'sha256', 'plan'];
+
+/**
+ * Client keys. A literal `key` is replaced by its SHA-256 so the secret does not stay in memory
+ * longer than start-up; messages about keys name paths only, never the secret.
+ */
+function validateKeys(problems: Problems, authRaw: unknown, plans: Record<string, RateLimitPlan> | undefined): ApiKeyConfig[] {
+  if (authRaw === undefined) {
+    problems.add('auth', 'is required (auth.keys lists the client keys)');
+    return [];
+  }
+  if (!isMapping(authRaw)) {
+    problems.add('auth', 'must be a mapping');
+    return [];
+  }
+  checkKeys(problems, authRaw, 'auth', ['keys']);
+  const raw = field(authRaw, 'keys');
+  if (!Array.isArray(raw) || raw.length === 0) {
+    problems.add('auth.keys', raw === undefined ? 'is required (at least one key)' : 'must be a non-empty list');
+    return [];
+  }
+  const idsSeen = new Map<string, string>();
+  const digestsSeen = new Map<string, string>();
+  return raw.map((entry: unknown, i): ApiKeyConfig => {
+    const path = indexPath('auth.keys', i);
+    if (!isMapping(entry)) {
+      problems.add(path, 'must be a mapping with id, plan and key or sha256');
+      return { id: '', plan: '', sha256: '' };
+    }
+    checkKeys(problems, entry, path, KEY_FIELDS);
+
+    const id = readString(problems, entry, 'id', path);
+    if (id !== undefined) {
+      if (!NAME_PATTERN.test(id)) problems.add(childPath(path, 'id'), 'must match [A-Za-z0-9_.-]{1,64}');
+      const earlier = idsSeen.get(id);
+      if (earlier !== undefined) problems.add(childPath(path, 'id'), `repeats the id of ${earlier} (${JSON.stringify(id)})`);
+      else idsSeen.set(id, path);
+    }
+
+    const plan = readString(problems, entry, 'plan', path);
+    if (plan !== undefined && plans !== undefined && !Object.hasOwn(plans, plan)) {
+      problems.add(childPath(path, 'plan'), `names no entry of rate_limits (${JSON.stringify(plan)})`);
+    }
+
+    const secret = readSecret(problems, entry, path);
+    if (secret !== undefined) {
+      const earlier = digestsSeen.get(secret.digest);
+      if (earlier !== undefined) problems.add(secret.path, `has the same secret as ${earlier}`);
+      else digestsSeen.set(secret.digest, path);
+    }
+    return { id: id ?? '', plan: plan ?? '', sha256: secret?.digest ?? '' };
+  });
+}
+
+function readSecret(problems: Problems, entry: Record<string, unknown>, path: string): { digest: string; path: string } | undefined {
+  const hasKey = field(entry, 'key') !== undefined;
+  const hasDigest = field(entry, 'sha256') !== undefined;
+  if (hasKey === hasDigest) {
+    problems.add(path, hasKey ? 'set either key or sha256, not both' : 'needs key or sha256');
+    return undefined;
+  }
+  if (hasKey) {
+    const at = childPath(path, 'key');
+    const key = field(entry, 'key');
+    if (typeof key !== 'string') {
+      problems.add(at, 'must be a string');
+      return undefined;
+    }
+    if (key.length < 16) {
+      problems.add(at, 'must be at least 16 characters (a shorter secret is guessable)');
+      return undefined;
+    }
+    return { digest: createHash('sha256').update(key).digest('hex'), path: at };
+  }
+  const at = childPath(path, 'sha256');
+  const digest = field(entry, 'sha256');
+  if (typeof digest !== 'string' || !/^[0-9a-fA-F]{64}$/.test(digest)) {
+    problems.add(at, 'must be 64 hex digits (a SHA-256 digest)');
+    return undefined;
+  }
+  return { digest: digest.toLowerCase(), path: at };
+}
+
+/** Every endpoint not listed falls back to the first upstream, so a one-upstream file needs no routes. */
+function validateRoutes(
+  problems: Problems,
+  raw: Record<string, unknown>,
+  upstreams: Record<string, UpstreamConfig> | undefined,
+): Record<EndpointName, readonly string[]> {
+  checkKeys(problems, raw, 'routes', ENDPOINT_NAMES, `endpoints are ${ENDPOINT_NAMES.join(', ')}`);
+  const first = upstreams === undefined ? [] : Object.keys(upstreams).slice(0, 1);
+  const entries = ENDPOINT_NAMES.map((endpoint): [EndpointName, readonly string[]] => {
+    const list = field(raw, endpoint);
+    const path = childPath('routes', endpoint);
+    if (list === undefined) return [endpoint, first];
+    if (!Array.isArray(list) || list.length === 0) {
+      problems.add(path, 'must be a non-empty list of upstream names');
+      return [endpoint, first];
+    }
+    const seen = new Set<string>();
+    list.forEach((name: unknown, i) => {
+      const at = indexPath(path, i);
+      if (typeof name !== 'string') problems.add(at, 'must be a string (an upstream name)');
+      else if (seen.has(name)) problems.add(at, `repeats ${JSON.stringify(name)}`);
+      else if (upstreams !== undefined && !Object.hasOwn(upstreams, name)) {
+        problems.add(at, `names no configured upstream (${JSON.stringify(name)})`);
+      }
+      if (typeof name === 'string') seen.add(name);
+    });
+    return [endpoint, list.filter((name): name is string => typeof name === 'string')];
+  });
+  return Object.fromEntries(entries) as Record<EndpointName, readonly string[]>;
+}
+
+function validateCache(problems: Problems, raw: Record<string, unknown>): CacheConfig {
+  checkKeys(problems, raw, 'cache', ['memory', 'ttl_seconds']);
+  const memory = readSection(problems, raw, 'memory', 'cache');
+  checkKeys(problems, memory, 'cache.memory', ['max_bytes']);
+  const ttlRaw = readSection(problems, raw, 'ttl_seconds', 'cache');
+  const ttlKeys = Object.keys(DEFAULT_TTL_SECONDS);
+  checkKeys(problems, ttlRaw, 'cache.ttl_seconds', ttlKeys, `keys are ${ttlKeys.join(', ')}`);
+  const ttl = Object.fromEntries(
+    Object.entries(DEFAULT_TTL_SECONDS).map(([key, fallback]) => [
+      key,
+      readInteger(problems, ttlRaw, key, 'cache.ttl_seconds', { min: 0, max: 604_800, fallback, expected: 'an integer from 0 to 604800' }),
+    ]),
+  ) as Record<EndpointName | 'not_found', number>;
+  return {
+    memory: {
+      max_bytes: readInteger(problems, memory, 'max_bytes', 'cache.memory', {
+        min: 1_048_576,
+        fallback: 268_435_456,
+        expected: 'an integer of at least 1048576 (1 MiB)',
+      }),
+    },
+    ttl_seconds: ttl,
+  };
+}
+
+function validateMetrics(problems: Problems, raw: Record<string, unknown>): MetricsConfig {
+  checkKeys(problems, raw, 'metrics', ['path']);
+  const path = readString(problems, raw, 'path', 'metrics', '/metrics') ?? '/metrics';
+  if (!path.startsWith('/')) problems.add('metrics.path', 'must start with "/"');
+  // The API lives under /v1/; a metrics path there would shadow an endpoint.
+  else if (path.startsWith('/v1/')) problems.add('metrics.path', 'must not start with "/v1/" (the API uses that prefix)');
+  return { path };
+}
+
+function validateLog(problems: Problems, raw: Record<string, unknown>): LogConfig {
+  checkKeys(problems, raw, 'log', ['level']);
+  const level = readString(problems, raw, 'level', 'log', 'info');
+  if (level === undefined) return { level: 'info' };
+  const known = LOG_LEVELS.find((candidate) => candidate === level);
+  if (known === undefined) problems.add('log.level', `must be one of ${LOG_LEVELS.join(', ')}`);
+  return { level: known ?? 'info' };
+}
