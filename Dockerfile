@@ -1,0 +1,23 @@
+# syntax=docker/dockerfile:1
+# Build stage: compile TypeScript with the dev dependencies, then keep only production ones.
+FROM node:24.11.1-bookworm-slim AS build
+WORKDIR /app
+COPY package.json package-lock.json tsconfig.json ./
+RUN npm ci --no-audit --no-fund
+COPY src ./src
+COPY test ./test
+RUN npm run build && npm prune --omit=dev
+
+# Runtime stage: compiled code and production dependencies only, as an unprivileged user.
+FROM node:24.11.1-bookworm-slim
+ENV NODE_ENV=production
+WORKDIR /app
+COPY --from=build /app/package.json ./
+COPY --from=build /app/node_modules ./node_modules
+COPY --from=build /app/dist/src ./dist/src
+COPY config/perch.yaml /etc/perch/perch.yaml
+RUN ln -s /app/dist/src/main.js /usr/local/bin/perch && chmod +x /app/dist/src/main.js
+USER node
+EXPOSE 8080
+ENTRYPOINT ["perch"]
+CMD ["--config", "/etc/perch/perch.yaml"]

@@ -1,0 +1,41 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { ApiKeyConfig } from '../config/types.js';
+
+/** A client identity as the rest of perch sees it: never the secret. */
+export interface Client {
+  readonly id: string;
+  readonly plan: string;
+}
+
+/**
+ * Looks up clients by `X-API-Key`. The presented key is hashed with SHA-256 and the digest is
+ * looked up by its first 8 bytes, then compared in full with `timingSafeEqual`. An attacker
+ * controls the key but not its digest, so the time a lookup takes says nothing about how close
+ * a guess was, and only digests are kept in memory.
+ */
+export class KeyStore {
+  readonly #byPrefix = new Map<string, { digest: Buffer; client: Client }[]>();
+
+  constructor(keys: readonly ApiKeyConfig[]) {
+    for (const key of keys) {
+      const digest = Buffer.from(key.sha256, 'hex');
+      const prefix = key.sha256.slice(0, 16);
+      const bucket = this.#byPrefix.get(prefix) ?? [];
+      bucket.push({ digest, client: Object.freeze({ id: key.id, plan: key.plan }) });
+      this.#byPrefix.set(prefix, bucket);
+    }
+  }
+
+  /** The client for a presented key; undefined for a missing, empty or unknown key. */
+  authenticate(presented: string | string[] | undefined): Client | undefined {
+    // A repeated header is ambiguous: refusing it is safer than picking one.
+    if (typeof presented !== 'string' || presented === '') return undefined;
+    const digest = createHash('sha256').update(presented).digest();
+    const bucket = this.#byPrefix.get(digest.toString('hex', 0, 8));
+    if (bucket === undefined) return undefined;
+    for (const entry of bucket) {
+      if (timingSafeEqual(entry.digest, digest)) return entry.client;
+    }
+    return undefined;
+  }
+}

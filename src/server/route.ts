@@ -1,0 +1,113 @@
+import type { EndpointName, EndpointRequest, PathParams } from '../endpoints.js';
+
+/** Result of matching a request target against the six routes. */
+export type RouteMatch =
+  | { readonly kind: 'endpoint'; readonly request: EndpointRequest }
+  | { readonly kind: 'invalid'; readonly message: string }
+  | { readonly kind: 'unknown' };
+
+const ID_PATTERN = /^[0-9]{1,20}$/;
+const USERNAME_PATTERN = /^[A-Za-z0-9_]{1,50}$/;
+const COUNT_PATTERN = /^[0-9]{1,3}$/;
+// C0 controls and DEL: a cursor is opaque, but these never belong in one and break log lines.
+const CONTROL_CHARACTER = /[\u0000-\u001f\u007f]/;
+const MAX_CURSOR_BYTES = 1024;
+export const DEFAULT_COUNT = 20;
+export const MAX_COUNT = 100;
+
+export const INVALID = {
+  user_id: 'Invalid parameter: user_id must be 1-20 decimal digits',
+  tweet_id: 'Invalid parameter: tweet_id must be 1-20 decimal digits',
+  username: 'Invalid parameter: username must be 1-50 letters, digits or underscores',
+  count: `Invalid parameter: count must be an integer from 1 to ${MAX_COUNT}`,
+  cursor: `Invalid parameter: cursor must be at most ${MAX_CURSOR_BYTES} bytes with no control characters`,
+  repeated: (name: string) => `Invalid parameter: ${name} must be given at most once`,
+} as const;
+
+/**
+ * Matches `/v1/...` targets to an endpoint and validates its parameters. Matching is by path
+ * segments, not regular expressions over the whole target: it is on every request's path and the
+ * shape is fixed. Unknown query parameters are dropped here, so they never reach the upstream
+ * or split the cache.
+ */
+export function matchRoute(target: string): RouteMatch {
+  const q = target.indexOf('?');
+  const path = q === -1 ? target : target.slice(0, q);
+  const query = q === -1 ? '' : target.slice(q + 1);
+  const s = path.split('/');
+  // s[0] is the empty string before the leading slash.
+  if (s[0] !== '' || s[1] !== 'v1') return UNKNOWN;
+  if (s[2] === 'tweets' && s.length === 4) return single('tweet', 'tweet_id', s[3]!);
+  if (s[2] !== 'users') return UNKNOWN;
+  if (s.length === 4) return single('user', 'user_id', s[3]!);
+  if (s.length === 6 && s[3] === 'by' && s[4] === 'username') return byUsername(s[5]!);
+  if (s.length === 5) {
+    const sub = s[4];
+    if (sub === 'tweets' || sub === 'replies' || sub === 'following') return listing(sub, s[3]!, query);
+  }
+  return UNKNOWN;
+}
+
+const UNKNOWN: RouteMatch = { kind: 'unknown' };
+
+function single(endpoint: 'user' | 'tweet', name: 'user_id' | 'tweet_id', raw: string): RouteMatch {
+  const id = decodeSegment(raw);
+  if (id === undefined || !ID_PATTERN.test(id)) return invalid(INVALID[name]);
+  const base = endpoint === 'tweet' ? '/v1/tweets/' : '/v1/users/';
+  return ok(endpoint, { [name]: id }, base + id);
+}
+
+function byUsername(raw: string): RouteMatch {
+  const name = decodeSegment(raw);
+  if (name === undefined || !USERNAME_PATTERN.test(name)) return invalid(INVALID.username);
+  // Usernames are case-insensitive at the provider, so one cache entry serves every spelling.
+  const username = name.toLowerCase();
+  return ok('user_by_username', { username }, `/v1/users/by/username/${username}`);
+}
+
+function listing(endpoint: 'tweets' | 'replies' | 'following', raw: string, query: string): RouteMatch {
+  const id = decodeSegment(raw);
+  if (id === undefined || !ID_PATTERN.test(id)) return invalid(INVALID.user_id);
+  const search = query === '' ? undefined : new URLSearchParams(query);
+  const cursors = search?.getAll('cursor') ?? [];
+  if (cursors.length > 1) return invalid(INVALID.repeated('cursor'));
+  const cursor = cursors[0];
+  if (cursor !== undefined && (cursor === '' || Buffer.byteLength(cursor) > MAX_CURSOR_BYTES || CONTROL_CHARACTER.test(cursor))) {
+    return invalid(INVALID.cursor);
+  }
+  let path = `/v1/users/${id}/${endpoint}`;
+  let count: number | undefined;
+  if (endpoint === 'following') {
+    const counts = search?.getAll('count') ?? [];
+    if (counts.length > 1) return invalid(INVALID.repeated('count'));
+    count = counts.length === 0 ? DEFAULT_COUNT : parseCount(counts[0]!);
+    if (count === undefined) return invalid(INVALID.count);
+    path += `?count=${count}`;
+  }
+  if (cursor !== undefined) path += `${count === undefined ? '?' : '&'}cursor=${encodeURIComponent(cursor)}`;
+  return { kind: 'endpoint', request: { endpoint, params: { user_id: id }, count, cursor, path } };
+}
+
+function parseCount(raw: string): number | undefined {
+  if (!COUNT_PATTERN.test(raw)) return undefined;
+  const n = Number(raw);
+  return n >= 1 && n <= MAX_COUNT ? n : undefined;
+}
+
+/** Percent-decodes a path segment; undefined when the encoding is broken. */
+function decodeSegment(raw: string): string | undefined {
+  if (!raw.includes('%')) return raw;
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    return undefined;
+  }
+}
+
+function ok(endpoint: EndpointName, params: PathParams, path: string): RouteMatch {
+  return { kind: 'endpoint', request: { endpoint, params, path } };
+}
+
+function invalid(message: string): RouteMatch {
+  return { kind: 'invalid', message };
+}

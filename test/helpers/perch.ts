@@ -1,0 +1,103 @@
+import type { TestContext } from 'node:test';
+import type { Dispatcher } from 'undici';
+import type { Clock } from '../../src/clock.js';
+import { parseConfig } from '../../src/config/load.js';
+import type { Config } from '../../src/config/types.js';
+import { createPerch } from '../../src/server/server.js';
+import { captureLogs, type LogCapture } from './log-capture.js';
+
+export const KEY = 'test-key-alpha-0123456789';
+export const OTHER_KEY = 'test-key-bravo-0123456789';
+
+export interface RunningPerch {
+  readonly url: string;
+  /**
+   * Requests perch has started handling. The count is taken after perch's own handler ran for
+   * a request, so a request counted here has already joined the cache or an upstream flight.
+   */
+  received(): number;
+  readonly config: Config;
+  readonly logs: LogCapture;
+  /** GET (or `method`) on perch with the test key unless `key` says otherwise (null: no header). */
+  request(path: string, options?: RequestOptions): Promise<TestResponse>;
+}
+
+export interface RequestOptions {
+  readonly key?: string | null;
+  readonly method?: string;
+  readonly headers?: Record<string, string>;
+}
+
+export interface TestResponse {
+  readonly status: number;
+  readonly headers: Headers;
+  readonly text: string;
+  json(): any;
+}
+
+/**
+ * YAML for a test instance: the two test keys, a generous plan, and `upstreams` as given
+ * (YAML text indented under `upstreams:`), plus any further top-level YAML.
+ */
+export function testConfig(upstreams: string, extra = ''): string {
+  return `
+server: { host: 127.0.0.1, port: 0 }
+auth:
+  keys:
+    - { id: alpha, key: "${KEY}", plan: big }
+    - { id: bravo, key: "${OTHER_KEY}", plan: big }
+rate_limits:
+  big: { capacity: 100000, refill_per_second: 100000 }
+upstreams:
+${upstreams
+  .trim()
+  .split('\n')
+  .map((line) => `  ${line}`)
+  .join('\n')}
+${extra}`;
+}
+
+/** A v1 upstream entry for `testConfig`. */
+export function v1(name: string, url: string, extra = ''): string {
+  const timeout = extra.includes('timeout_ms') ? '' : ', timeout_ms: 2000';
+  return `${name}: { kind: v1, url: "${url}"${timeout}${extra === '' ? '' : `, ${extra}`} }`;
+}
+
+/** Polls `condition` every 5 ms until it holds, failing after `timeoutMs`. */
+export async function waitFor(condition: () => boolean, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
+/** Starts perch from YAML on 127.0.0.1:0, with logs captured; stopped when the test ends. */
+export async function startPerch(
+  t: TestContext,
+  yaml: string,
+  options: { clock?: Clock; env?: NodeJS.ProcessEnv; dispatchers?: Record<string, Dispatcher> } = {},
+): Promise<RunningPerch> {
+  const config = parseConfig(yaml, options.env ?? {});
+  const logs = captureLogs();
+  const perch = createPerch({ config, logger: logs.logger, clock: options.clock, dispatchers: options.dispatchers });
+  const address = await perch.listen();
+  t.after(() => perch.close());
+  const url = `http://127.0.0.1:${address.port}`;
+  let received = 0;
+  perch.server.on('request', () => received++);
+  return {
+    url,
+    received: () => received,
+    config,
+    logs,
+    async request(path, requestOptions = {}) {
+      const headers: Record<string, string> = { ...requestOptions.headers };
+      const key = requestOptions.key === undefined ? KEY : requestOptions.key;
+      if (key !== null) headers['x-api-key'] = key;
+      const response = await fetch(url + path, { method: requestOptions.method ?? 'GET', headers });
+      const text = await response.text();
+      return { status: response.status, headers: response.headers, text, json: () => JSON.parse(text) };
+    },
+  };
+}

@@ -1,0 +1,79 @@
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { TestContext } from 'node:test';
+
+export interface RecordedRequest {
+  readonly method: string;
+  readonly url: string;
+  readonly headers: IncomingMessage['headers'];
+}
+
+export type UpstreamBehaviour = (req: IncomingMessage, res: ServerResponse) => void;
+
+export interface TestUpstream {
+  readonly url: string;
+  readonly requests: RecordedRequest[];
+  /** Replaceable mid-test, e.g. to make a healthy upstream start failing. */
+  behaviour: UpstreamBehaviour;
+}
+
+/**
+ * A real HTTP server on 127.0.0.1, port 0, standing in for a provider. It records every request
+ * and answers with `behaviour`; it is closed (connections included) when the test ends.
+ */
+export async function startUpstream(t: TestContext, behaviour: UpstreamBehaviour): Promise<TestUpstream> {
+  const upstream: TestUpstream = { url: '', requests: [], behaviour };
+  const server = createServer((req, res) => {
+    upstream.requests.push({ method: req.method ?? '', url: req.url ?? '', headers: req.headers });
+    upstream.behaviour(req, res);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.after(() => {
+    server.closeAllConnections();
+    return new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  const { port } = server.address() as AddressInfo;
+  return Object.assign(upstream, { url: `http://127.0.0.1:${port}` });
+}
+
+/** Answers JSON with the given status. */
+export function json(status: number, body: unknown, headers: Record<string, string> = {}): UpstreamBehaviour {
+  const bytes = Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
+  return (_req, res) => {
+    res.writeHead(status, { 'content-type': 'application/json', 'content-length': bytes.length, ...headers });
+    res.end(bytes);
+  };
+}
+
+/** A port that had a listener a moment ago and now refuses connections. */
+export async function refusedPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  return port;
+}
+
+/** Minimal bodies of each endpoint's shape, for upstreams that answer successfully. */
+export const SAMPLE_BODIES = {
+  user: { id: '123', username: 'Alice', name: 'Alice' },
+  tweet: { data: { id_str: '456', full_text: 'hello' } },
+  tweets: { data: { entries: [], cursor_bottom: 'b', has_more: false } },
+  replies: { data: [], meta: { result_count: 0 } },
+  following: { data: { users: [], cursor_bottom: 'b', cursor_top: 't', has_more: false } },
+} as const;
+
+/** Answers each path with the sample body of the endpoint it names. */
+export const sampleProvider: UpstreamBehaviour = (req, res) => {
+  const path = (req.url ?? '').split('?')[0]!;
+  const body = path.startsWith('/v1/tweets/')
+    ? SAMPLE_BODIES.tweet
+    : path.endsWith('/tweets')
+      ? SAMPLE_BODIES.tweets
+      : path.endsWith('/replies')
+        ? SAMPLE_BODIES.replies
+        : path.endsWith('/following')
+          ? SAMPLE_BODIES.following
+          : SAMPLE_BODIES.user;
+  json(200, body)(req, res);
+};

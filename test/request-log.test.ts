@@ -1,0 +1,40 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { startPerch, testConfig, v1 } from './helpers/perch.js';
+import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
+
+test('one access line per request with the documented fields', async (t) => {
+  const upstream = await startUpstream(t, sampleProvider);
+  const perch = await startPerch(t, testConfig(v1('main', upstream.url)));
+  await perch.request('/v1/users/1/tweets', { headers: { 'x-request-id': 'abc-123' } });
+  await perch.request('/v1/users/1/tweets');
+  const [miss, hit, ...rest] = perch.logs.lines().filter((l) => l.msg === 'request');
+  assert.equal(rest.length, 0);
+  assert.equal(miss!.req_id, 'abc-123');
+  assert.equal(miss!.method, 'GET');
+  assert.equal(miss!.route, 'tweets');
+  assert.equal(miss!.status, 200);
+  assert.equal(miss!.cache, 'miss');
+  assert.equal(miss!.upstream, 'main');
+  assert.equal(typeof miss!.upstream_ms, 'number');
+  assert.equal(typeof miss!.ms, 'number');
+  assert.equal(miss!.key_id, 'alpha');
+  assert.equal(hit!.cache, 'hit');
+  assert.equal(hit!.upstream, null);
+  assert.equal(hit!.upstream_ms, null);
+});
+
+test('a valid X-Request-Id is echoed; an invalid or missing one is replaced by a UUID', async (t) => {
+  const upstream = await startUpstream(t, sampleProvider);
+  const perch = await startPerch(t, testConfig(v1('main', upstream.url)));
+  const echoed = await perch.request('/v1/users/1', { headers: { 'x-request-id': 'req.42:a_b-c' } });
+  assert.equal(echoed.headers.get('x-request-id'), 'req.42:a_b-c');
+  const uuid = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/;
+  const variants: Record<string, string>[] = [{}, { 'x-request-id': 'has space' }, { 'x-request-id': 'x'.repeat(129) }];
+  for (const headers of variants) {
+    const res = await perch.request('/v1/users/1', { headers });
+    assert.match(res.headers.get('x-request-id')!, uuid);
+  }
+  const unauthorized = await perch.request('/v1/users/1', { key: null, headers: { 'x-request-id': 'r-401' } });
+  assert.equal(unauthorized.headers.get('x-request-id'), 'r-401');
+});
