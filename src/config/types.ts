@@ -9,6 +9,11 @@ export interface Config {
   readonly server: ServerConfig;
   readonly auth: AuthConfig;
   readonly rate_limits: Readonly<Record<string, RateLimitPlan>>;
+  /**
+   * Redis for the shared token buckets when it should differ from `cache.redis`. Absent: the
+   * buckets use `cache.redis`, or stay in memory (per instance) when that is absent too.
+   */
+  readonly rate_limits_redis?: RedisConfig;
   readonly upstreams: Readonly<Record<string, UpstreamConfig>>;
   /** Endpoint -> upstream names to try in order. Every endpoint is present after validation. */
   readonly routes: Readonly<Record<EndpointName, readonly string[]>>;
@@ -78,6 +83,8 @@ export interface FixtureUpstreamConfig {
 
 export interface CacheConfig {
   readonly memory: MemoryCacheConfig;
+  /** The shared second tier. Absent: memory only. */
+  readonly redis?: RedisConfig;
   /** TTL per endpoint, plus `not_found` for cached upstream 404s. Whole seconds; 0 disables. */
   readonly ttl_seconds: Readonly<Record<EndpointName | 'not_found', number>>;
 }
@@ -85,6 +92,26 @@ export interface CacheConfig {
 export interface MemoryCacheConfig {
   /** Bound on the bytes held by the in-process cache (bodies plus keys). Default 256 MiB. */
   readonly max_bytes: number;
+}
+
+/**
+ * Where a Redis is and how perch talks to it. Exactly one of `url`, `sentinels` or `cluster`.
+ * Commands never queue while disconnected and time out fast: Redis is an optimization, and a slow
+ * Redis must cost a request milliseconds, not seconds.
+ */
+export interface RedisConfig {
+  /** A single node: `redis://[user:password@]host:port[/db]` or `rediss://` for TLS. */
+  readonly url?: string;
+  /** Sentinel addresses (`host:port`); needs `name`. */
+  readonly sentinels?: readonly string[];
+  /** The master name the sentinels know. */
+  readonly name?: string;
+  /** Redis Cluster seed nodes (`redis://host:port`). */
+  readonly cluster?: readonly string[];
+  /** Prefix of every key perch writes, so several deployments can share one Redis. Default `perch:`. */
+  readonly prefix: string;
+  /** Bound on one command; past it the command counts as failed. Default `50`. */
+  readonly command_timeout_ms: number;
 }
 
 export interface MetricsConfig {

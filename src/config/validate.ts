@@ -14,9 +14,10 @@ import {
   readSection,
   readString,
 } from './schema-helpers.js';
+import { validateRedis } from './validate-redis.js';
 import { validateUpstreams } from './validate-upstreams.js';
 
-const TOP_LEVEL_KEYS = ['server', 'auth', 'rate_limits', 'upstreams', 'routes', 'cache', 'metrics', 'log'];
+const TOP_LEVEL_KEYS = ['server', 'auth', 'rate_limits', 'rate_limits_redis', 'upstreams', 'routes', 'cache', 'metrics', 'log'];
 
 const LOG_LEVELS: readonly LogConfig['level'][] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
@@ -51,6 +52,7 @@ export function validateConfig(raw: unknown): { config: Config } | { problems: s
     // `rate_limits` is already reported, and repeating that for every key would bury the report.
     auth: { keys: validateKeys(problems, field(raw, 'auth'), usable(rate_limits)) },
     rate_limits,
+    ...optional('rate_limits_redis', validateRedis(problems, field(raw, 'rate_limits_redis'), 'rate_limits_redis')),
     upstreams,
     routes: validateRoutes(problems, readSection(problems, raw, 'routes', ''), usable(upstreams)),
     cache: validateCache(problems, readSection(problems, raw, 'cache', '')),
@@ -220,7 +222,7 @@ function validateRoutes(
 }
 
 function validateCache(problems: Problems, raw: Record<string, unknown>): CacheConfig {
-  checkKeys(problems, raw, 'cache', ['memory', 'ttl_seconds']);
+  checkKeys(problems, raw, 'cache', ['memory', 'redis', 'ttl_seconds']);
   const memory = readSection(problems, raw, 'memory', 'cache');
   checkKeys(problems, memory, 'cache.memory', ['max_bytes']);
   const ttlRaw = readSection(problems, raw, 'ttl_seconds', 'cache');
@@ -240,8 +242,14 @@ function validateCache(problems: Problems, raw: Record<string, unknown>): CacheC
         expected: 'an integer of at least 1048576 (1 MiB)',
       }),
     },
+    ...optional('redis', validateRedis(problems, field(raw, 'redis'), 'cache.redis')),
     ttl_seconds: ttl,
   };
+}
+
+/** Spreads `{ [key]: value }` only when there is a value, so absent sections stay absent. */
+function optional<K extends string, V>(key: K, value: V | undefined): { [P in K]?: V } {
+  return (value === undefined ? {} : { [key]: value }) as { [P in K]?: V };
 }
 
 function validateMetrics(problems: Problems, raw: Record<string, unknown>): MetricsConfig {
