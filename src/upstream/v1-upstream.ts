@@ -34,7 +34,7 @@ export function createV1Upstream(name: string, config: V1UpstreamConfig, options
     const timer = setTimeout(() => abort.abort(), config.timeout_ms);
     try {
       const response = await dispatcher.request({ origin, path: request.path, method: 'GET', headers, signal: abort.signal });
-      return await readResult(request, response, config, options.clock.now());
+      return await readResult(request, response, config, options.clock);
     } catch (error) {
       if (abort.signal.aborted) return { kind: 'timeout', reason: `no complete answer within ${config.timeout_ms} ms` };
       return { kind: 'failed', failure: 'connection', reason: describe(error) };
@@ -54,7 +54,7 @@ async function readResult(
   request: EndpointRequest,
   response: Dispatcher.ResponseData,
   config: V1UpstreamConfig,
-  nowMs: number,
+  clock: Clock,
 ): Promise<UpstreamResult> {
   const { statusCode } = response;
   if (statusCode >= 200 && statusCode < 300) {
@@ -78,7 +78,7 @@ async function readResult(
     const seconds = retryAfterSeconds(
       header(response.headers['retry-after']),
       header(response.headers['x-rate-limit-reset']),
-      nowMs,
+      clock.now(),
       config.retry_after_default_seconds,
     );
     return { kind: 'rate_limited', retryAfterSeconds: seconds };
