@@ -1,0 +1,76 @@
+import type { RateLimitPlan } from '../config/types.js';
+
+/**
+ * Slack for floating-point sums: refilling 0.1 tokens ten times must make a whole token, not
+ * 0.9999999999999999 of one (which would refuse a request and promise it in "1 second").
+ */
+const EPSILON = 1e-9;
+
+/** A plan as the hot path uses it: the numbers plus its `RateLimit-Policy` value, built once. */
+export interface Plan {
+  readonly name: string;
+  readonly capacity: number;
+  readonly refillPerSecond: number;
+  readonly costOfHit: 0 | 1;
+  readonly policyHeader: string;
+}
+
+/** The outcome of one take: whether it was allowed and the tokens left afterwards (fractional). */
+export interface Verdict {
+  readonly plan: Plan;
+  readonly allowed: boolean;
+  readonly tokens: number;
+}
+
+/**
+ * One store of buckets, keyed by client key id. The memory store answers synchronously so a
+ * request served from the memory cache needs no extra turn of the event loop; Redis cannot.
+ */
+export interface BucketLimiter {
+  take(keyId: string, plan: Plan, cost: 0 | 1): Verdict | Promise<Verdict>;
+}
+
+export function compilePlan(name: string, plan: RateLimitPlan): Plan {
+  const window = Math.ceil(plan.capacity / plan.refill_per_second);
+  return {
+    name,
+    capacity: plan.capacity,
+    refillPerSecond: plan.refill_per_second,
+    costOfHit: plan.cost_of_hit,
+    policyHeader: `"${name}";q=${plan.capacity};w=${window}`,
+  };
+}
+
+export interface BucketState {
+  tokens: number;
+  /** When `tokens` was last computed, in the store's clock (ms). */
+  at: number;
+}
+
+/**
+ * The token-bucket step, shared by the memory store and mirrored line by line in the Redis Lua
+ * script: refill for the time elapsed (never backwards, never above capacity), then take `cost`
+ * if that many whole tokens are there. An absent bucket is a full one.
+ */
+export function takeFrom(state: BucketState | undefined, plan: Plan, now: number, cost: 0 | 1): BucketState & { allowed: boolean } {
+  const elapsed = state === undefined ? 0 : Math.max(0, now - state.at);
+  let tokens = state === undefined ? plan.capacity : Math.min(plan.capacity, state.tokens + (elapsed * plan.refillPerSecond) / 1000);
+  const allowed = tokens + EPSILON >= cost;
+  if (allowed) tokens = Math.max(0, tokens - cost);
+  return { tokens, at: now, allowed };
+}
+
+/** Whole tokens left, for `RateLimit: r=`. */
+export function wholeTokens(verdict: Verdict): number {
+  return Math.floor(verdict.tokens + EPSILON);
+}
+
+/** Seconds until the bucket is full again, rounded up, for `RateLimit: t=`. */
+export function secondsToFull(verdict: Verdict): number {
+  return Math.max(0, Math.ceil((verdict.plan.capacity - verdict.tokens) / verdict.plan.refillPerSecond - EPSILON));
+}
+
+/** Whole seconds until the next token, at least 1, for `Retry-After` on a refused request. */
+export function secondsToNextToken(verdict: Verdict): number {
+  return Math.max(1, Math.ceil((1 - verdict.tokens) / verdict.plan.refillPerSecond - EPSILON));
+}

@@ -1,0 +1,117 @@
+import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { test, type TestContext } from 'node:test';
+import { Redis } from 'ioredis';
+import { ManualClock } from './helpers/clock.js';
+import { startPerch, testConfig, v1, type RunningPerch } from './helpers/perch.js';
+import { withPlan } from './helpers/plans.js';
+import { startRedis, type TestRedis } from './helpers/redis-server.js';
+import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
+
+const PLAN = '{ capacity: 5, refill_per_second: 1 }';
+
+/**
+ * perch with its buckets in `redis`. A generous command timeout keeps a loaded test machine from
+ * sending a healthy Redis's requests to the insurance limiter; the fault tests pass their own.
+ */
+async function perchOn(t: TestContext, redis: TestRedis, options: { timeoutMs?: number; clock?: ManualClock; section?: string } = {}) {
+  const upstream = await startUpstream(t, sampleProvider);
+  const section = options.section ?? 'rate_limits_redis';
+  const redisYaml = `{ url: "${redis.url}", command_timeout_ms: ${options.timeoutMs ?? 2000} }`;
+  const extra = section === 'cache.redis' ? `cache: { redis: ${redisYaml} }` : `rate_limits_redis: ${redisYaml}`;
+  return startPerch(t, withPlan(testConfig(v1('main', upstream.url), extra), PLAN), { clock: options.clock });
+}
+
+function inspector(t: TestContext, redis: TestRedis): Redis {
+  const client = new Redis(redis.url);
+  t.after(() => client.disconnect());
+  return client;
+}
+
+async function statuses(perch: RunningPerch, n: number): Promise<number[]> {
+  const seen: number[] = [];
+  for (let i = 0; i < n; i++) seen.push((await perch.request('/v1/users/1')).status);
+  return seen;
+}
+
+test('with Redis: a burst of 5 passes, the 6th is 429 with Retry-After 1, one passes once it has elapsed', async (t) => {
+  const redis = await startRedis(t);
+  const perch = await perchOn(t, redis);
+  assert.deepEqual(await statuses(perch, 5), [200, 200, 200, 200, 200]);
+  const limited = await perch.request('/v1/users/1');
+  assert.equal(limited.status, 429);
+  assert.deepEqual(limited.json(), { error: { message: 'Rate limit exceeded. Please try again later.', code: 'E429' } });
+  assert.equal(limited.headers.get('retry-after'), '1');
+  assert.equal(limited.headers.get('ratelimit-policy'), '"small";q=5;w=5');
+  assert.match(limited.headers.get('ratelimit')!, /^"small";r=0;t=[45]$/);
+
+  // The bucket is a hash that expires when it would be full again.
+  const client = inspector(t, redis);
+  const ttl = await client.pttl('perch:rl:alpha');
+  assert.ok(ttl > 0 && ttl <= 5000, `pttl ${ttl}`);
+  assert.deepEqual(Object.keys(await client.hgetall('perch:rl:alpha')).sort(), ['at', 'tokens']);
+
+  await sleep(1000);
+  assert.equal((await perch.request('/v1/users/1')).status, 200);
+  assert.equal(perch.logs.lines().filter((l) => l.level === 40).length, 0);
+});
+
+test('two instances share one bucket through Redis, even with clocks a year apart', async (t) => {
+  const redis = await startRedis(t);
+  const a = await perchOn(t, redis);
+  const b = await perchOn(t, redis, { clock: new ManualClock(Date.now() - 365 * 86_400_000) });
+  const seen: number[] = [];
+  for (let i = 0; i < 6; i++) seen.push((await (i % 2 === 0 ? a : b).request('/v1/users/1')).status);
+  assert.deepEqual(seen, [200, 200, 200, 200, 200, 429]);
+  assert.equal((await a.request('/v1/users/1')).status, 429);
+});
+
+test('the buckets use cache.redis when rate_limits_redis is absent', async (t) => {
+  const redis = await startRedis(t);
+  const perch = await perchOn(t, redis, { section: 'cache.redis' });
+  await perch.request('/v1/users/1');
+  assert.equal(await inspector(t, redis).hget('perch:rl:alpha', 'tokens').then(Number), 4);
+});
+
+test('Redis killed: the insurance limiter decides, no request fails, and the switch is logged once each way', async (t) => {
+  const redis = await startRedis(t);
+  const perch = await perchOn(t, redis, { timeoutMs: 200 });
+  assert.deepEqual(await statuses(perch, 3), [200, 200, 200]);
+  await redis.kill();
+
+  // The insurance buckets start full: this instance alone now allows the plan's burst.
+  assert.deepEqual(await statuses(perch, 6), [200, 200, 200, 200, 200, 429]);
+  const warnings = perch.logs.lines().filter((l) => l.msg === 'rate limits: Redis failed, falling back to per-instance memory buckets');
+  assert.equal(warnings.length, 1);
+  assert.equal(warnings[0]!.level, 40);
+
+  assert.ok(!perch.logs.text().includes('Redis answers again'));
+  await redis.restart();
+  let recovered = false;
+  for (let i = 0; i < 100 && !recovered; i++) {
+    const res = await perch.request('/v1/users/1');
+    assert.ok(res.status === 200 || res.status === 429, `status ${res.status}`);
+    recovered = perch.logs.text().includes('rate limits: Redis answers again');
+    if (!recovered) await sleep(50);
+  }
+  assert.ok(recovered, 'Redis came back but perch never said so');
+  assert.equal(perch.logs.lines().filter((l) => l.msg === 'rate limits: Redis answers again, buckets are shared again' && l.level === 30).length, 1);
+});
+
+test('Redis frozen: every request still answers quickly, decided by the insurance limiter', async (t) => {
+  const redis = await startRedis(t);
+  const perch = await perchOn(t, redis, { timeoutMs: 100 });
+  assert.equal((await perch.request('/v1/users/1')).status, 200);
+  redis.freeze();
+  t.after(() => redis.thaw());
+  for (let i = 0; i < 5; i++) {
+    const started = Date.now();
+    const res = await perch.request('/v1/users/1');
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get('ratelimit-policy'), '"small";q=5;w=5');
+    // Bounded by the command timeout, not by Redis: generous for a loaded machine.
+    assert.ok(Date.now() - started < 1500, `took ${Date.now() - started} ms`);
+  }
+  assert.equal((await perch.request('/v1/users/1')).status, 429);
+  assert.ok(perch.logs.text().includes('falling back to per-instance memory buckets'));
+});
