@@ -4,7 +4,8 @@ import { ManualClock } from './helpers/clock.js';
 import { startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { json, sampleProvider, startUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
 
-const TTLS = 'cache: { ttl_seconds: { user: 300, tweets: 60, not_found: 30, replies: 0 } }';
+// No stale window: these tests are about freshness itself (test/stale.test.ts covers stale serving).
+const TTLS = 'cache: { stale_seconds: 0, ttl_seconds: { user: 300, tweets: 60, not_found: 30, replies: 0 } }';
 
 async function setup(t: Parameters<typeof startUpstream>[0], behaviour: UpstreamBehaviour = sampleProvider) {
   const clock = new ManualClock();

@@ -1,0 +1,81 @@
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Config } from '../config/types.js';
+import type { EndpointName } from '../endpoints.js';
+import type { GuardedRedis } from '../redis/guarded-redis.js';
+import type { CacheEntry } from './entry.js';
+import type { TieredCache } from './tiered-cache.js';
+
+/** How often an instance waiting on another's fetch looks for the result. */
+const POLL_MS = 15;
+/** Lease for a fixture upstream, which answers at once but still needs a bound. */
+const FIXTURE_LEASE_MS = 1000;
+
+// Deletes the lease only if it is still ours: after it expired another instance may hold it.
+const RELEASE_SCRIPT = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+
+/** What to do about a miss every instance may be having at once. */
+export type Claim =
+  | { readonly kind: 'entry'; readonly entry: CacheEntry }
+  | { readonly kind: 'fetch'; readonly release: () => void };
+
+/**
+ * Coalescing across instances: the first instance to miss a key takes a lease in Redis
+ * (SET NX PX) and fetches; the others poll for the entry it stores. The lease outlives a
+ * complete failover chain, so it never expires under a live holder, and a crashed holder delays
+ * the others only until it expires. Without Redis (or with Redis failing) every instance fetches.
+ */
+export class SharedFlights {
+  readonly #guard: GuardedRedis;
+  readonly #cache: TieredCache;
+  readonly #prefix: string;
+  readonly #leaseMs: Readonly<Record<EndpointName, number>>;
+
+  constructor(guard: GuardedRedis, cache: TieredCache, config: Config, prefix: string) {
+    this.#guard = guard;
+    this.#cache = cache;
+    this.#prefix = prefix;
+    this.#leaseMs = leaseDurations(config);
+  }
+
+  async claim(endpoint: EndpointName, key: string): Promise<Claim> {
+    const leaseMs = this.#leaseMs[endpoint];
+    const lockKey = `${this.#prefix}lock:${key}`;
+    const token = randomUUID();
+    const deadline = performance.now() + leaseMs + POLL_MS;
+    for (let waited = false; ; waited = true) {
+      const taken = await this.#guard.run('lease', (client) => client.set(lockKey, token, 'PX', leaseMs, 'NX'));
+      // undefined: Redis is unavailable, so nobody can be waited for.
+      if (taken === undefined) return { kind: 'fetch', release: () => {} };
+      if (taken === 'OK') {
+        const release = () => void this.#release(lockKey, token);
+        // The holder we waited for may have stored and released between our last look and now.
+        const found = waited ? await this.#cache.remote(key) : undefined;
+        if (found?.fresh !== true) return { kind: 'fetch', release };
+        release();
+        return { kind: 'entry', entry: found.entry };
+      }
+      if (performance.now() >= deadline) return { kind: 'fetch', release: () => {} };
+      await sleep(POLL_MS);
+      const found = await this.#cache.remote(key);
+      if (found?.fresh === true) return { kind: 'entry', entry: found.entry };
+    }
+  }
+
+  async #release(lockKey: string, token: string): Promise<void> {
+    await this.#guard.run('release', (client) => client.eval(RELEASE_SCRIPT, 1, lockKey, token));
+  }
+}
+
+/** Per endpoint: every upstream of its failover chain timing out in turn, plus a margin. */
+function leaseDurations(config: Config): Record<EndpointName, number> {
+  return Object.fromEntries(
+    Object.entries(config.routes).map(([endpoint, names]) => {
+      const total = names.reduce((sum, name) => {
+        const upstream = config.upstreams[name];
+        return sum + (upstream?.kind === 'v1' ? upstream.timeout_ms : FIXTURE_LEASE_MS);
+      }, 0);
+      return [endpoint, total + 1000];
+    }),
+  ) as Record<EndpointName, number>;
+}

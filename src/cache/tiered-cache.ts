@@ -1,0 +1,100 @@
+import type { Clock } from '../clock.js';
+import type { BreakerState } from '../redis/breaker.js';
+import type { GuardedRedis, RedisCallStats } from '../redis/guarded-redis.js';
+import { isFresh, type CacheEntry } from './entry.js';
+import type { MemoryStore } from './memory-store.js';
+import type { RedisStore } from './redis-store.js';
+
+export interface TieredCacheOptions {
+  readonly memory: MemoryStore;
+  /** The shared tier; absent: memory only. */
+  readonly redis?: { readonly guard: GuardedRedis; readonly store: RedisStore };
+  readonly clock: Clock;
+  /** How long past its TTL an entry is kept to serve stale (while revalidating, or on error). */
+  readonly staleMs: number;
+}
+
+/** A retained entry and whether it is still fresh. */
+export interface Found {
+  readonly entry: CacheEntry;
+  readonly fresh: boolean;
+}
+
+/**
+ * The two cache tiers as the request path sees them: memory (synchronous, per instance) in front
+ * of Redis (shared by every instance). Entries carry `storedAt`, so Age and remaining TTL are the
+ * same whichever tier or instance answers. Redis failures never surface here: they are misses.
+ */
+export class TieredCache {
+  readonly memory: MemoryStore;
+  readonly #redis: TieredCacheOptions['redis'];
+  readonly #clock: Clock;
+  readonly #staleMs: number;
+
+  constructor(options: TieredCacheOptions) {
+    this.memory = options.memory;
+    this.#redis = options.redis;
+    this.#clock = options.clock;
+    this.#staleMs = options.staleMs;
+  }
+
+  get shared(): boolean {
+    return this.#redis !== undefined;
+  }
+
+  /** Redis breaker state, or undefined without Redis. */
+  get redisState(): BreakerState | undefined {
+    return this.#redis?.guard.state;
+  }
+
+  /** Whether Redis is connected now, or undefined without Redis. */
+  get redisConnected(): boolean | undefined {
+    return this.#redis?.guard.connected;
+  }
+
+  /** Redis calls that failed or were skipped, or undefined without Redis. */
+  get redisStats(): Readonly<RedisCallStats> | undefined {
+    return this.#redis?.guard.stats;
+  }
+
+  /** The memory tier's entry, fresh or within its stale window. Synchronous: a hit costs no await. */
+  local(key: string): Found | undefined {
+    return this.#classify(this.memory.get(key));
+  }
+
+  /** The shared tier's entry; a hit refills memory for the rest of the entry's retention. */
+  async remote(key: string): Promise<Found | undefined> {
+    const redis = this.#redis;
+    if (redis === undefined) return undefined;
+    const entry = await redis.guard.run('get', () => redis.store.get(key));
+    const found = this.#classify(entry);
+    if (found !== undefined) {
+      const left = this.#retainUntil(found.entry) - this.#clock.now();
+      if (left > 0) this.memory.set(key, found.entry, left);
+    }
+    return found;
+  }
+
+  /** Writes both tiers; resolves once Redis has the entry or gave up (never rejects). */
+  async store(key: string, entry: CacheEntry): Promise<void> {
+    const retainMs = entry.ttlMs + this.#staleMs;
+    this.memory.set(key, entry, retainMs);
+    const redis = this.#redis;
+    if (redis !== undefined) await redis.guard.run('set', () => redis.store.set(key, entry, retainMs));
+  }
+
+  async close(): Promise<void> {
+    await this.#redis?.guard.close();
+  }
+
+  #classify(entry: CacheEntry | undefined): Found | undefined {
+    if (entry === undefined) return undefined;
+    const now = this.#clock.now();
+    if (isFresh(entry, now)) return { entry, fresh: true };
+    return now < this.#retainUntil(entry) ? { entry, fresh: false } : undefined;
+  }
+
+  #retainUntil(entry: CacheEntry): number {
+    return entry.storedAt + entry.ttlMs + this.#staleMs;
+  }
+}

@@ -1,0 +1,91 @@
+import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { test, type TestContext } from 'node:test';
+import type { CacheEntry } from '../src/cache/entry.js';
+import { MemoryStore } from '../src/cache/memory-store.js';
+import { RedisStore } from '../src/cache/redis-store.js';
+import type { CacheStore } from '../src/cache/store.js';
+import { systemClock } from '../src/clock.js';
+import { createRedisClient } from '../src/redis/redis-client.js';
+import { startRedis } from './helpers/redis-server.js';
+
+/** Both tiers must behave the same: the request path does not care which one answered. */
+const TIERS: Record<string, (t: TestContext) => Promise<CacheStore>> = {
+  memory: async () => new MemoryStore({ maxBytes: 16 * 1024 * 1024, clock: systemClock }),
+  redis: async (t) => {
+    const redis = await startRedis(t);
+    const client = createRedisClient({ url: redis.url, prefix: 'contract:', command_timeout_ms: 1000 }, 'contract-test');
+    t.after(() => client.disconnect());
+    await new Promise((resolve) => client.once('ready', resolve));
+    return new RedisStore(client, 'contract:');
+  },
+};
+
+function entry(body: Buffer | string, status: 200 | 404 = 200, ttlMs = 60_000): CacheEntry {
+  return { status, body: typeof body === 'string' ? Buffer.from(body) : body, storedAt: 1_767_225_600_123, ttlMs };
+}
+
+for (const [tier, open] of Object.entries(TIERS)) {
+  test(`${tier}: get of an absent key is undefined; set then get returns the entry`, async (t) => {
+    const store = await open(t);
+    assert.equal(await store.get('/v1/users/1'), undefined);
+    await store.set('/v1/users/1', entry('{"id":"1"}'), 60_000);
+    assert.deepEqual(await store.get('/v1/users/1'), entry('{"id":"1"}'));
+  });
+
+  test(`${tier}: entries keep status, storedAt and ttl`, async (t) => {
+    const store = await open(t);
+    const notFound: CacheEntry = { status: 404, body: Buffer.from('{}'), storedAt: 1_767_225_601_999, ttlMs: 604_800_000 };
+    await store.set('/v1/tweets/7', notFound, 604_800_000);
+    const got = await store.get('/v1/tweets/7');
+    assert.equal(got?.status, 404);
+    assert.equal(got?.storedAt, 1_767_225_601_999);
+    assert.equal(got?.ttlMs, 604_800_000);
+  });
+
+  test(`${tier}: a set replaces the earlier entry; delete removes it`, async (t) => {
+    const store = await open(t);
+    await store.set('k', entry('first'), 60_000);
+    await store.set('k', entry('second', 404, 5_000), 60_000);
+    assert.deepEqual(await store.get('k'), entry('second', 404, 5_000));
+    await store.delete('k');
+    assert.equal(await store.get('k'), undefined);
+    await store.delete('never-set');
+  });
+
+  test(`${tier}: bodies are binary-safe (non-BMP text, invalid UTF-8, NUL, empty)`, async (t) => {
+    const store = await open(t);
+    const bodies = [
+      Buffer.from('{"text":"🦜 𝕡𝕖𝕣𝕔𝕙 \\u0000 é"}'),
+      Buffer.from([0xff, 0xfe, 0x00, 0xc3, 0x28, 0xed, 0xa0, 0x80, 0x7b]),
+      Buffer.alloc(0),
+      Buffer.alloc(200_000, 0xab),
+    ];
+    for (const [i, body] of bodies.entries()) await store.set(`bin:${i}`, entry(body), 60_000);
+    for (const [i, body] of bodies.entries()) assert.ok((await store.get(`bin:${i}`))?.body.equals(body), `body ${i}`);
+  });
+
+  test(`${tier}: an entry is gone after its retention`, async (t) => {
+    const store = await open(t);
+    await store.set('short', entry('x'), 40);
+    await store.set('long', entry('y'), 60_000);
+    assert.ok((await store.get('short')) !== undefined);
+    // Redis expires on its own clock; the memory tier on the injected (here: system) clock.
+    await sleep(120);
+    assert.equal(await store.get('short'), undefined);
+    assert.ok((await store.get('long')) !== undefined);
+  });
+}
+
+test('redis: values use the documented key and a 16-byte header before the raw body', async (t) => {
+  const redis = await startRedis(t);
+  const client = createRedisClient({ url: redis.url, prefix: 'p:', command_timeout_ms: 1000 }, 'contract-test');
+  t.after(() => client.disconnect());
+  await new Promise((resolve) => client.once('ready', resolve));
+  await new RedisStore(client, 'p:').set('/v1/users/1', entry('{"id":"1"}'), 60_000);
+  const raw = await client.getBuffer('p:c:/v1/users/1');
+  assert.equal(raw?.length, 16 + 10);
+  assert.equal(raw?.subarray(16).toString(), '{"id":"1"}');
+  const pttl = await client.pttl('p:c:/v1/users/1');
+  assert.ok(pttl > 59_000 && pttl <= 60_000, `PX retention, got ${pttl}`);
+});

@@ -1,0 +1,163 @@
+import assert from 'node:assert/strict';
+import { test, type TestContext } from 'node:test';
+import { ManualClock } from './helpers/clock.js';
+import { startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
+import { startRedisCluster, type TestRedisCluster } from './helpers/redis-cluster.js';
+import { sampleProvider, startUpstream, type TestUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
+
+/** Generous: 2 shared cores run three redis-servers, two perch instances and the test. */
+const COMMAND_TIMEOUT_MS = 1000;
+/**
+ * With a node dead, each Redis call for its slots waits out the command timeout (ioredis queues
+ * commands for a cluster node rather than failing them), so the node-loss test uses a shorter one.
+ */
+const DEAD_NODE_COMMAND_TIMEOUT_MS = 250;
+/** At most GET, lease and store each time out, plus the upstream; loose for loaded machines. */
+const SLOW_MS = 5000;
+
+const PATHS = Array.from({ length: 12 }, (_, i) => `/v1/users/${i + 1}`);
+
+function clusterYaml(cluster: TestRedisCluster, commandTimeoutMs: number): string {
+  const seeds = cluster.urls.map((url) => `"${url}"`).join(', ');
+  return `cache: { stale_seconds: 0, ttl_seconds: { user: 300, tweets: 300 }, redis: { cluster: [${seeds}], prefix: "t:", command_timeout_ms: ${commandTimeoutMs} } }`;
+}
+
+async function startShared(
+  t: TestContext,
+  cluster: TestRedisCluster,
+  upstream: TestUpstream,
+  clock: ManualClock,
+  commandTimeoutMs = COMMAND_TIMEOUT_MS,
+): Promise<RunningPerch> {
+  const perch = await startPerch(t, testConfig(v1('main', upstream.url), clusterYaml(cluster, commandTimeoutMs)), { clock });
+  await waitFor(() => perch.cache.redisConnected === true, 10_000);
+  return perch;
+}
+
+/**
+ * ioredis connects to each cluster node lazily, on the first command for one of its slots; that
+ * first command waits for the connection. Lookups of absent keys spread over every node's slots
+ * open all connections, so a test's timing does not depend on which request comes first.
+ */
+async function warmUp(perch: RunningPerch): Promise<void> {
+  await Promise.all(Array.from({ length: 30 }, (_, i) => perch.cache.remote(`/warm-up/${i}`)));
+}
+
+async function setup(t: TestContext, behaviour: UpstreamBehaviour = sampleProvider) {
+  const clock = new ManualClock();
+  const cluster = await startRedisCluster(t);
+  const upstream = await startUpstream(t, behaviour);
+  return { clock, cluster, upstream };
+}
+
+/** Per node (in `cluster.nodes` order): the keys it holds matching `pattern`. */
+async function keysByNode(cluster: TestRedisCluster, pattern: string): Promise<string[][]> {
+  return Promise.all(
+    cluster.nodes.map(async (node) => (await cluster.cli(node.port, '--scan', '--pattern', pattern)).split('\n').filter((k) => k !== '')),
+  );
+}
+
+test('cluster: entries stored by one instance, spread over several nodes, are Redis hits on a fresh instance', async (t) => {
+  const { clock, cluster, upstream } = await setup(t);
+  const first = await startShared(t, cluster, upstream, clock);
+  const misses = new Map<string, string>();
+  for (const path of PATHS) {
+    const response = await first.request(path);
+    assert.equal(response.status, 200, path);
+    assert.equal(response.headers.get('cache-status'), 'perch; fwd=miss; stored', path);
+    misses.set(path, response.text);
+  }
+  assert.equal(upstream.requests.length, PATHS.length);
+
+  // The entries really are sharded: several nodes hold some, and together they hold all.
+  const byNode = await keysByNode(cluster, 't:c:*');
+  assert.equal(byNode.flat().length, PATHS.length, JSON.stringify(byNode));
+  assert.ok(byNode.filter((keys) => keys.length > 0).length >= 2, `entries on one node only: ${JSON.stringify(byNode)}`);
+
+  const second = await startShared(t, cluster, upstream, clock);
+  for (const path of PATHS) {
+    const response = await second.request(path);
+    assert.equal(response.status, 200, path);
+    assert.equal(response.text, misses.get(path), path);
+    assert.match(response.headers.get('cache-status') ?? '', /^perch; hit; ttl=\d+; detail=redis$/, path);
+  }
+  assert.equal(upstream.requests.length, PATHS.length);
+  assert.deepEqual(second.cache.redisStats, { errors: 0, skipped: 0 });
+});
+
+test('cluster: 2 instances x 20 concurrent identical misses make exactly 1 upstream request', async (t) => {
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  const { clock, cluster, upstream } = await setup(t, (req, res) => void gate.then(() => sampleProvider(req, res)));
+  const a = await startShared(t, cluster, upstream, clock);
+  const b = await startShared(t, cluster, upstream, clock);
+  await Promise.all([warmUp(a), warmUp(b)]);
+  const path = '/v1/users/9/tweets?cursor=c1';
+  const responses = [a, b].flatMap((perch) => Array.from({ length: 20 }, () => perch.request(path)));
+  await waitFor(() => upstream.requests.length === 1 && a.received() === 20 && b.received() === 20, 10_000);
+  // The lease is a single-key SET NX in whichever node owns its slot.
+  assert.equal((await keysByNode(cluster, 't:lock:*')).flat().length, 1);
+  // Let the instance without the lease reach its polling loop before the holder answers.
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  release();
+  const results = await Promise.all(responses);
+  assert.equal(upstream.requests.length, 1);
+  assert.ok(results.every((r) => r.status === 200 && r.text === results[0]!.text));
+  const statuses = results.map((r) => r.headers.get('cache-status'));
+  assert.equal(statuses.filter((s) => s === 'perch; fwd=miss; stored').length, 1, JSON.stringify(statuses));
+  assert.equal(statuses.filter((s) => s === 'perch; fwd=miss; collapsed; stored').length, 19, JSON.stringify(statuses));
+  assert.equal(statuses.filter((s) => s === 'perch; fwd=miss; collapsed; detail=redis').length, 20, JSON.stringify(statuses));
+  // The holder freed its lease (a one-key EVAL routed to the lease's node; release is not awaited).
+  let locks: string[] = [];
+  for (let i = 0; i < 100; i++) {
+    locks = (await keysByNode(cluster, 't:lock:*')).flat();
+    if (locks.length === 0) break;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  assert.deepEqual(locks, []);
+  assert.deepEqual([a.cache.redisStats, b.cache.redisStats], [{ errors: 0, skipped: 0 }, { errors: 0, skipped: 0 }]);
+});
+
+test('cluster: with one node killed, every request is still answered 200, from memory, Redis or upstream', async (t) => {
+  const { clock, cluster, upstream } = await setup(t);
+  const a = await startShared(t, cluster, upstream, clock, DEAD_NODE_COMMAND_TIMEOUT_MS);
+  const b = await startShared(t, cluster, upstream, clock, DEAD_NODE_COMMAND_TIMEOUT_MS);
+  const bodies = new Map<string, string>();
+  for (const path of PATHS) bodies.set(path, (await a.request(path)).text);
+  const byNode = await keysByNode(cluster, 't:c:*');
+  const victim = byNode.findIndex((keys) => keys.length > 0);
+  const lost = new Set(byNode[victim]!.map((key) => key.slice('t:c:'.length)));
+  assert.ok([...lost].every((path) => PATHS.includes(path)), JSON.stringify(byNode));
+  assert.ok(lost.size < PATHS.length, 'every entry on one node');
+  await cluster.nodes[victim]!.kill();
+
+  const check = async (perch: RunningPerch, path: string) => {
+    const started = performance.now();
+    const response = await perch.request(path);
+    const ms = performance.now() - started;
+    assert.equal(response.status, 200, path);
+    assert.ok(ms < SLOW_MS, `${path} took ${ms} ms`);
+    return response;
+  };
+
+  // a: everything is in its memory, Redis is not needed.
+  for (const path of PATHS) {
+    const response = await check(a, path);
+    assert.equal(response.text, bodies.get(path));
+    assert.match(response.headers.get('cache-status') ?? '', /^perch; hit; ttl=\d+$/, path);
+  }
+  assert.equal(upstream.requests.length, PATHS.length);
+
+  // b (empty memory): entries on live nodes may come from Redis, the dead node's from upstream.
+  for (const path of PATHS) {
+    const response = await check(b, path);
+    assert.equal(response.text, bodies.get(path));
+    if (lost.has(path)) assert.equal(response.headers.get('cache-status'), 'perch; fwd=miss; stored', path);
+  }
+  // New keys, some of whose slots belong to the dead node.
+  for (let i = 100; i < 112; i++) await check(b, `/v1/users/${i}`);
+  await Promise.all(Array.from({ length: 10 }, (_, i) => check(a, `/v1/users/${200 + i}`)));
+  assert.ok(upstream.requests.length >= PATHS.length + lost.size + 22, `${upstream.requests.length} upstream requests`);
+  // The dead node's calls failed (timed out) and were carried on without.
+  assert.ok(b.cache.redisStats!.errors > 0);
+});

@@ -1,0 +1,152 @@
+import assert from 'node:assert/strict';
+import { test, type TestContext } from 'node:test';
+import { createRedisClient } from '../src/redis/redis-client.js';
+import { ManualClock } from './helpers/clock.js';
+import { startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
+import { startRedis, type TestRedis } from './helpers/redis-server.js';
+import { sampleProvider, startUpstream, type TestUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
+
+/** Each request must be answered within the command timeout plus a margin generous for 2 loaded cores. */
+const FAST_MS = 500;
+
+function redisYaml(redis: TestRedis, extra = ''): string {
+  return `cache: { stale_seconds: 0, ttl_seconds: { user: 300 }, redis: { url: "${redis.url}", prefix: "t:"${extra} } }`;
+}
+
+async function startShared(t: TestContext, redis: TestRedis, upstream: TestUpstream, clock: ManualClock, extra = ''): Promise<RunningPerch> {
+  const perch = await startPerch(t, testConfig(v1('main', upstream.url), redisYaml(redis, extra)), { clock });
+  await waitFor(() => perch.cache.redisConnected === true);
+  return perch;
+}
+
+async function setup(t: TestContext, behaviour: UpstreamBehaviour = sampleProvider) {
+  const clock = new ManualClock();
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, behaviour);
+  return { clock, redis, upstream };
+}
+
+async function timed(perch: RunningPerch, path: string): Promise<{ status: number; ms: number; cacheStatus: string | null }> {
+  const started = performance.now();
+  const response = await perch.request(path);
+  return { status: response.status, ms: performance.now() - started, cacheStatus: response.headers.get('cache-status') };
+}
+
+test('an entry stored by one instance is a Redis hit on another, with true Age, then a memory hit', async (t) => {
+  const { clock, redis, upstream } = await setup(t);
+  const a = await startShared(t, redis, upstream, clock);
+  const b = await startShared(t, redis, upstream, clock);
+  const miss = await a.request('/v1/users/1');
+  assert.equal(miss.headers.get('cache-status'), 'perch; fwd=miss; stored');
+  clock.advance(42_500);
+  const fromRedis = await b.request('/v1/users/1');
+  assert.equal(fromRedis.text, miss.text);
+  assert.equal(fromRedis.headers.get('cache-status'), 'perch; hit; ttl=257; detail=redis');
+  assert.equal(fromRedis.headers.get('age'), '42');
+  // The Redis hit refilled b's memory: the next hit needs no Redis at all.
+  await redis.kill();
+  const fromMemory = await b.request('/v1/users/1');
+  assert.equal(fromMemory.headers.get('cache-status'), 'perch; hit; ttl=257');
+  assert.equal(upstream.requests.length, 1);
+});
+
+test('a new instance (empty memory) answers what an earlier one cached, without the upstream', async (t) => {
+  const { clock, redis, upstream } = await setup(t);
+  const first = await startShared(t, redis, upstream, clock);
+  await first.request('/v1/users/1/tweets?cursor=abc');
+  await first.request('/v1/users/by/username/alice');
+  const second = await startShared(t, redis, upstream, clock);
+  for (const path of ['/v1/users/1/tweets?cursor=abc', '/v1/users/by/username/ALICE']) {
+    const response = await second.request(path);
+    assert.equal(response.status, 200);
+    assert.match(response.headers.get('cache-status') ?? '', /^perch; hit; ttl=\d+; detail=redis$/);
+  }
+  assert.equal(upstream.requests.length, 2);
+});
+
+test('Redis killed mid-test: requests are answered fast from memory or upstream; the breaker opens, then closes after restart', async (t) => {
+  const { clock, redis, upstream } = await setup(t);
+  const perch = await startShared(t, redis, upstream, clock);
+  await perch.request('/v1/users/1');
+  await redis.kill();
+  for (let i = 2; i < 22; i++) {
+    for (const path of ['/v1/users/1', `/v1/users/${i}`]) {
+      const r = await timed(perch, path);
+      assert.equal(r.status, 200, path);
+      assert.ok(r.ms < FAST_MS, `${path} took ${r.ms} ms`);
+    }
+  }
+  assert.equal(perch.cache.redisState, 'open');
+  assert.ok(perch.cache.redisStats!.errors >= 5);
+  assert.ok(perch.cache.redisStats!.skipped > 0);
+  assert.equal(upstream.requests.length, 21);
+  const warnings = perch.logs.lines().filter((l) => l.msg === 'circuit breaker open: skipping dependency');
+  assert.equal(warnings.length, 1);
+
+  await redis.restart();
+  await waitFor(() => perch.cache.redisConnected === true);
+  clock.advance(2000);
+  assert.equal((await perch.request('/v1/users/100')).status, 200);
+  assert.equal(perch.cache.redisState, 'closed');
+  assert.equal(perch.logs.lines().filter((l) => l.msg === 'circuit breaker closed: dependency is back').length, 1);
+  // Back in use: a fresh instance finds what was stored after the restart.
+  const fresh = await startShared(t, redis, upstream, clock);
+  assert.equal((await fresh.request('/v1/users/100')).headers.get('cache-status'), 'perch; hit; ttl=300; detail=redis');
+});
+
+test('Redis frozen (SIGSTOP): requests still answered within the command timeout, the breaker opens, and closes after thaw', async (t) => {
+  const { clock, redis, upstream } = await setup(t);
+  const perch = await startShared(t, redis, upstream, clock);
+  await perch.request('/v1/users/1');
+  redis.freeze();
+  const results = await Promise.all(
+    Array.from({ length: 10 }, async (_, i) => [await timed(perch, '/v1/users/1'), await timed(perch, `/v1/users/${i + 2}`)]),
+  );
+  for (const r of results.flat()) {
+    assert.equal(r.status, 200);
+    assert.ok(r.ms < FAST_MS, `took ${r.ms} ms`);
+  }
+  assert.equal(perch.cache.redisState, 'open');
+  redis.thaw();
+  clock.advance(2000);
+  // The probe may still meet the replies of timed-out commands; a few tries reach a clean one.
+  for (let i = 0; i < 20 && (perch.cache.redisState as string) !== 'closed'; i++) {
+    await perch.request(`/v1/users/${200 + i}`);
+    clock.advance(2000);
+  }
+  assert.equal(perch.cache.redisState, 'closed');
+});
+
+test('2 instances x 50 concurrent identical misses make exactly 1 upstream request', async (t) => {
+  let release!: () => void;
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  const { clock, redis, upstream } = await setup(t, (req, res) => void gate.then(() => sampleProvider(req, res)));
+  const a = await startShared(t, redis, upstream, clock);
+  const b = await startShared(t, redis, upstream, clock);
+  const responses = [a, b].flatMap((perch) => Array.from({ length: 50 }, () => perch.request('/v1/users/9/tweets?cursor=c1')));
+  await waitFor(() => upstream.requests.length === 1 && a.received() === 50 && b.received() === 50);
+  // Let the instance without the lease reach its polling loop before the holder answers.
+  await new Promise((resolve) => setTimeout(resolve, 50));
+  release();
+  const results = await Promise.all(responses);
+  assert.equal(upstream.requests.length, 1);
+  assert.ok(results.every((r) => r.status === 200 && r.text === results[0]!.text));
+  const statuses = results.map((r) => r.headers.get('cache-status'));
+  assert.equal(statuses.filter((s) => s === 'perch; fwd=miss; stored').length, 1);
+  assert.equal(statuses.filter((s) => s === 'perch; fwd=miss; collapsed; stored').length, 49);
+  assert.equal(statuses.filter((s) => s === 'perch; fwd=miss; collapsed; detail=redis').length, 50);
+});
+
+test('a lease left by a crashed holder delays a miss only until it expires', async (t) => {
+  const { clock, redis, upstream } = await setup(t);
+  const perch = await startShared(t, redis, upstream, clock);
+  const client = createRedisClient({ url: redis.url, prefix: 't:', command_timeout_ms: 1000 }, 'test');
+  t.after(() => client.disconnect());
+  await new Promise((resolve) => client.once('ready', resolve));
+  await client.set('t:lock:/v1/users/5', 'crashed-holder', 'PX', 300);
+  const r = await timed(perch, '/v1/users/5');
+  assert.equal(r.status, 200);
+  assert.equal(r.cacheStatus, 'perch; fwd=miss; stored');
+  assert.ok(r.ms >= 250 && r.ms < 3000, `waited ${r.ms} ms`);
+  assert.equal(upstream.requests.length, 1);
+});
