@@ -19,5 +19,9 @@ COPY config/perch.yaml /etc/perch/perch.yaml
 RUN ln -s /app/dist/src/main.js /usr/local/bin/perch && chmod +x /app/dist/src/main.js
 USER node
 EXPOSE 8080
+# Liveness through the same listener clients use; override the URL when the port or scheme differ.
+ENV PERCH_HEALTH_URL=http://127.0.0.1:8080/healthz
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
+  CMD ["node", "-e", "fetch(process.env.PERCH_HEALTH_URL).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
 ENTRYPOINT ["perch"]
 CMD ["--config", "/etc/perch/perch.yaml"]

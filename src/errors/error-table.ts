@@ -10,6 +10,7 @@ export const ERROR_TABLE = {
   E404: { status: 404, message: 'Not found' },
   E405: { status: 405, message: 'Method not allowed' },
   E429: { status: 429, message: 'Rate limit exceeded. Please try again later.' },
+  E431: { status: 431, message: 'Request header fields too large' },
   E500: { status: 500, message: 'Internal server error' },
   E502: { status: 502, message: 'Upstream error' },
   E504: { status: 504, message: 'Upstream timeout' },

@@ -1,0 +1,49 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { parseConfig } from '../src/config/load.js';
+import { createPerch } from '../src/server/server.js';
+import { captureLogs } from './helpers/log-capture.js';
+import { KEY, OTHER_KEY, testConfig, v1 } from './helpers/perch.js';
+import { json, startUpstream } from './helpers/upstream-server.js';
+
+test('reload swaps keys and upstreams in place: the cache and open connections stay', async (t) => {
+  const first = await startUpstream(t, json(200, { id: '1', username: 'first' }));
+  const second = await startUpstream(t, json(200, { id: '2', username: 'second' }));
+  const yaml = testConfig(v1('main', first.url));
+  const perch = createPerch({ config: parseConfig(yaml, {}), logger: captureLogs().logger });
+  const { port } = await perch.listen();
+  t.after(() => perch.close());
+  const get = (path: string, key: string) => fetch(`http://127.0.0.1:${port}${path}`, { headers: { 'x-api-key': key } });
+
+  assert.equal((await get('/v1/users/1', KEY)).status, 200);
+  perch.reload(parseConfig(testConfig(v1('main', second.url)).replace(OTHER_KEY, 'test-key-delta-0123456789'), {}));
+  // Cached before the reload: still a hit, from the same cache.
+  const cached = await get('/v1/users/1', KEY);
+  assert.match(cached.headers.get('cache-status') ?? '', /hit/);
+  assert.equal(((await cached.json()) as { username: string }).username, 'first');
+  // A miss goes to the new upstream; the removed key is refused, the added one works.
+  assert.equal(((await (await get('/v1/users/2', KEY)).json()) as { username: string }).username, 'second');
+  assert.equal((await get('/v1/users/2', OTHER_KEY)).status, 401);
+  assert.equal((await get('/v1/users/2', 'test-key-delta-0123456789')).status, 200);
+  assert.equal(second.requests.length, 1);
+});
+
+test('a reload that changes a plan and moves a key to a new plan takes effect on the next request', async (t) => {
+  const yaml = testConfig('demo: { kind: fixture }');
+  const perch = createPerch({ config: parseConfig(yaml, {}), logger: captureLogs().logger });
+  const { port } = await perch.listen();
+  t.after(() => perch.close());
+  const get = () => fetch(`http://127.0.0.1:${port}/v1/users/1`, { headers: { 'x-api-key': KEY } });
+  assert.match((await get()).headers.get('ratelimit-policy') ?? '', /^"big";q=100000;/);
+  const next = yaml
+    .replace('big: { capacity: 100000, refill_per_second: 100000 }', 'big: { capacity: 100000, refill_per_second: 100000 }\n  tiny: { capacity: 2, refill_per_second: 0.001 }')
+    .replace(`key: "${KEY}", plan: big`, `key: "${KEY}", plan: tiny`);
+  perch.reload(parseConfig(next, {}));
+  const statuses = [];
+  for (let i = 0; i < 3; i++) {
+    const res = await get();
+    assert.match(res.headers.get('ratelimit-policy') ?? '', /^"tiny";q=2;/);
+    statuses.push(res.status);
+  }
+  assert.deepEqual(statuses, [200, 200, 429]);
+});
