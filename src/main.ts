@@ -5,6 +5,7 @@ import type { Config } from './config/types.js';
 import { DEMO_KEY, hasDemoKey } from './demo-key.js';
 import { createLogger } from './observability/logger.js';
 import { createPerch } from './server/server.js';
+import { handleSignals } from './server/signals.js';
 
 /** Exit status for an unusable configuration or command line, as `--check-config` documents. */
 const EXIT_CONFIG = 2;
@@ -34,16 +35,17 @@ async function main(): Promise<void> {
     process.stdout.write(`perch: ${command.configPath} is valid\n`);
     return;
   }
-  await serve(config);
+  await serve(config, command.configPath);
 }
 
-async function serve(config: Config): Promise<void> {
+async function serve(config: Config, configPath: string): Promise<void> {
   const logger = createLogger(config.log);
   const perch = createPerch({ config, logger });
   const address = await perch.listen();
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
-  const base = `http://${host}:${address.port}`;
-  logger.info({ address: base }, 'perch listening');
+  const base = `${config.server.tls === undefined ? 'http' : 'https'}://${host}:${address.port}`;
+  const metricsPort = perch.metricsAddress()?.port;
+  logger.info({ address: base, ...(metricsPort === undefined ? {} : { metrics_port: metricsPort }) }, 'perch listening');
   if (hasDemoKey(config)) {
     logger.warn('the public demo key is enabled: remove it from auth.keys before exposing perch');
     process.stdout.write(`perch is up. Try: curl -H 'X-API-Key: ${DEMO_KEY}' ${base}/v1/users/by/username/perch_demo\n`);
@@ -51,21 +53,7 @@ async function serve(config: Config): Promise<void> {
     process.stdout.write(`perch is up on ${base}\n`);
   }
 
-  let stopping = false;
-  const stop = (signal: NodeJS.Signals) => {
-    if (stopping) return;
-    stopping = true;
-    logger.info({ signal }, 'perch stopping');
-    perch.close().then(
-      () => logger.flush(() => process.exit(0)),
-      (error: unknown) => {
-        logger.error({ err: error }, 'error while stopping');
-        logger.flush(() => process.exit(1));
-      },
-    );
-  };
-  process.once('SIGTERM', stop);
-  process.once('SIGINT', stop);
+  handleSignals({ perch, logger, configPath, env: process.env });
 }
 
 main().catch((error: unknown) => {

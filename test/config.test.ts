@@ -61,9 +61,18 @@ function assertProblem(mutate: (raw: Raw) => void, expected: string): void {
 describe('parseConfig: defaults and valid files', () => {
   it('fills every default into a minimal configuration', () => {
     assert.deepEqual(parseConfig(MINIMAL, {}), {
-      server: { host: '127.0.0.1', port: 8080 },
+      server: {
+        host: '127.0.0.1',
+        port: 8080,
+        shutdown_grace_ms: 10000,
+        headers_timeout_ms: 10000,
+        request_timeout_ms: 30000,
+        keep_alive_timeout_ms: 5000,
+        max_header_bytes: 16384,
+        max_connections: 10000,
+      },
       auth: { keys: [{ id: 'alpha', plan: 'small', sha256: ALPHA_DIGEST }] },
-      rate_limits: { small: { capacity: 5, refill_per_second: 1 } },
+      rate_limits: { small: { capacity: 5, refill_per_second: 1, cost_of_hit: 1 } },
       upstreams: { demo: { kind: 'fixture' } },
       routes: {
         user: ['demo'],
@@ -76,6 +85,7 @@ describe('parseConfig: defaults and valid files', () => {
       cache: {
         memory: { max_bytes: 268435456 },
         ttl_seconds: { user: 300, user_by_username: 300, tweets: 60, replies: 60, following: 300, tweet: 600, not_found: 30 },
+        stale_seconds: 600,
       },
       metrics: { path: '/metrics' },
       log: { level: 'info' },
@@ -113,6 +123,11 @@ describe('parseConfig: defaults and valid files', () => {
     assert.deepEqual(config.routes.tweet, ['main']);
     assert.deepEqual(config.routes.user, ['main']);
     assert.equal(config.cache.ttl_seconds.not_found, 30);
+  });
+
+  it('accepts cost_of_hit 0 on a plan', () => {
+    const config = parseConfig(MINIMAL.replace('refill_per_second: 1 }', 'refill_per_second: 1, cost_of_hit: 0 }'), {});
+    assert.equal(config.rate_limits.small!.cost_of_hit, 0);
   });
 
   it('merges a partial ttl_seconds map with the defaults', () => {
@@ -184,8 +199,8 @@ describe('parseConfig: environment substitution', () => {
 
   it('uses the default when the variable is unset or empty, and coerces numeric strings', () => {
     const text = `${MINIMAL}server: { host: "\${HOST:-0.0.0.0}", port: "\${PORT:-9090}" }\n`;
-    assert.deepEqual(parseConfig(text, {}).server, { host: '0.0.0.0', port: 9090 });
-    assert.deepEqual(parseConfig(text, { HOST: '', PORT: '7070' }).server, { host: '0.0.0.0', port: 7070 });
+    assert.deepEqual(parseConfig(text, {}).server, { ...parseConfig(MINIMAL, {}).server, host: '0.0.0.0', port: 9090 });
+    assert.deepEqual(parseConfig(text, { HOST: '', PORT: '7070' }).server, { ...parseConfig(MINIMAL, {}).server, host: '0.0.0.0', port: 7070 });
   });
 
   it('rejects a substituted string that is not a plain decimal number', () => {
@@ -254,6 +269,8 @@ describe('parseConfig: checks', () => {
     ['missing capacity', (r) => delete r.rate_limits.small.capacity, 'rate_limits.small.capacity: is required'],
     ['negative refill', (r) => (r.rate_limits.small.refill_per_second = -1), 'rate_limits.small.refill_per_second: must be a positive number'],
     ['infinite refill', (r) => (r.rate_limits.small.refill_per_second = Infinity), 'rate_limits.small.refill_per_second: must be a positive number'],
+    ['cost_of_hit 2', (r) => (r.rate_limits.small.cost_of_hit = 2), 'rate_limits.small.cost_of_hit: must be 0 or 1'],
+    ['cost_of_hit not a number', (r) => (r.rate_limits.small.cost_of_hit = 'free'), 'rate_limits.small.cost_of_hit: must be 0 or 1'],
     ['missing upstreams', (r) => delete r.upstreams, 'upstreams: is required (at least one upstream)'],
     ['no upstreams', (r) => (r.upstreams = {}), 'upstreams: must define at least one upstream'],
     ['bad upstream name', (r) => (r.upstreams['a/b'] = { kind: 'fixture' }), 'upstreams["a/b"]: upstream name must match [A-Za-z][A-Za-z0-9_.-]{0,63}'],

@@ -38,3 +38,13 @@ test('a valid X-Request-Id is echoed; an invalid or missing one is replaced by a
   const unauthorized = await perch.request('/v1/users/1', { key: null, headers: { 'x-request-id': 'r-401' } });
   assert.equal(unauthorized.headers.get('x-request-id'), 'r-401');
 });
+
+test('rejected requests on a known route log that route; unknown routes log none', async (t) => {
+  const upstream = await startUpstream(t, sampleProvider);
+  const perch = await startPerch(t, testConfig(v1('main', upstream.url)));
+  await perch.request('/v1/users/1/following?count=0');
+  await perch.request('/v1/tweets/1', { method: 'DELETE' });
+  await perch.request('/v1/nowhere');
+  const lines = perch.logs.lines().filter((l) => l.msg === 'request');
+  assert.deepEqual(lines.map((l) => [l.status, l.route]), [[400, 'following'], [405, 'tweet'], [404, null]]);
+});

@@ -27,6 +27,30 @@ export interface ServerConfig {
   readonly host: string;
   /** TCP port, 0-65535; 0 picks a free port. Default `8080`. */
   readonly port: number;
+  /**
+   * On SIGTERM/SIGINT, how long in-flight requests may take to finish before their connections
+   * are closed anyway. Default `10000`.
+   */
+  readonly shutdown_grace_ms: number;
+  /** Bound on receiving a request's headers (slowloris defence). Default `10000`. */
+  readonly headers_timeout_ms: number;
+  /** Bound on receiving a whole request. At least `headers_timeout_ms`. Default `30000`. */
+  readonly request_timeout_ms: number;
+  /** How long an idle keep-alive connection is kept open. Default `5000`. */
+  readonly keep_alive_timeout_ms: number;
+  /** Largest request head (request line and headers); larger is answered 431. Default `16384`. */
+  readonly max_header_bytes: number;
+  /** Connections accepted at once; more are refused at accept. Default `10000`. */
+  readonly max_connections: number;
+  /** Serve HTTPS with this certificate and key. Absent: plain HTTP. */
+  readonly tls?: TlsConfig;
+}
+
+export interface TlsConfig {
+  /** PEM certificate chain file, read at start-up. */
+  readonly cert_file: string;
+  /** PEM private key file, read at start-up. */
+  readonly key_file: string;
 }
 
 export interface AuthConfig {
@@ -52,6 +76,11 @@ export interface RateLimitPlan {
   readonly capacity: number;
   /** Tokens added per second (sustained rate). Positive number; fractions allowed. */
   readonly refill_per_second: number;
+  /**
+   * Tokens a cache hit costs: `1` (default) or `0`. With `0` only requests that reach the upstream
+   * (and 400/405 answers) spend tokens; hits still carry the rate-limit headers.
+   */
+  readonly cost_of_hit: 0 | 1;
 }
 
 export type UpstreamConfig = V1UpstreamConfig | FixtureUpstreamConfig;
@@ -87,6 +116,12 @@ export interface CacheConfig {
   readonly redis?: RedisConfig;
   /** TTL per endpoint, plus `not_found` for cached upstream 404s. Whole seconds; 0 disables. */
   readonly ttl_seconds: Readonly<Record<EndpointName | 'not_found', number>>;
+  /**
+   * How long past its TTL an entry is kept to be served stale: at once while one background
+   * refresh runs (stale-while-revalidate), and instead of an upstream error, timeout or 429
+   * (stale-if-error). Whole seconds, 0-86400; 0 disables stale serving. Default `600`.
+   */
+  readonly stale_seconds: number;
 }
 
 export interface MemoryCacheConfig {
@@ -117,6 +152,11 @@ export interface RedisConfig {
 export interface MetricsConfig {
   /** Path of the Prometheus endpoint. Default `/metrics`. */
   readonly path: string;
+  /**
+   * Serve metrics on their own listener on this port (on `server.host`), and not on the API
+   * listener, so they can be kept off the network clients reach. Absent: on the API listener.
+   */
+  readonly port?: number;
 }
 
 export interface LogConfig {

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { ENDPOINT_NAMES, type EndpointName } from '../endpoints.js';
-import type { ApiKeyConfig, CacheConfig, Config, LogConfig, MetricsConfig, RateLimitPlan, ServerConfig, UpstreamConfig } from './types.js';
+import type { ApiKeyConfig, CacheConfig, Config, LogConfig, MetricsConfig, RateLimitPlan, UpstreamConfig } from './types.js';
 import {
   NAME_PATTERN,
   Problems,
@@ -15,9 +15,13 @@ import {
   readString,
 } from './schema-helpers.js';
 import { validateRedis } from './validate-redis.js';
+import { validateServer } from './validate-server.js';
 import { validateUpstreams } from './validate-upstreams.js';
 
 const TOP_LEVEL_KEYS = ['server', 'auth', 'rate_limits', 'rate_limits_redis', 'upstreams', 'routes', 'cache', 'metrics', 'log'];
+
+/** Paths perch answers without a key besides metrics; see src/server/public-routes.ts. */
+const PUBLIC_PATHS = ['/healthz', '/readyz', '/openapi.json'];
 
 const LOG_LEVELS: readonly LogConfig['level'][] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
@@ -66,16 +70,6 @@ function usable<T>(section: Record<string, T>): Record<string, T> | undefined {
   return Object.keys(section).length > 0 ? section : undefined;
 }
 
-function validateServer(problems: Problems, raw: Record<string, unknown>): ServerConfig {
-  checkKeys(problems, raw, 'server', ['host', 'port']);
-  const host = readString(problems, raw, 'host', 'server', '127.0.0.1');
-  if (host === '') problems.add('server.host', 'must not be empty');
-  return {
-    host: host ?? '127.0.0.1',
-    port: readInteger(problems, raw, 'port', 'server', { min: 0, max: 65535, fallback: 8080, expected: 'an integer from 0 to 65535' }),
-  };
-}
-
 function validateRateLimits(problems: Problems, raw: unknown): Record<string, RateLimitPlan> {
   const path = 'rate_limits';
   if (raw === undefined) {
@@ -93,14 +87,15 @@ function validateRateLimits(problems: Problems, raw: unknown): Record<string, Ra
       if (!NAME_PATTERN.test(name)) problems.add(at, 'plan name must match [A-Za-z0-9_.-]{1,64}');
       if (!isMapping(plan)) {
         problems.add(at, 'must be a mapping with capacity and refill_per_second');
-        return [name, { capacity: 1, refill_per_second: 1 }];
+        return [name, { capacity: 1, refill_per_second: 1, cost_of_hit: 1 }];
       }
-      checkKeys(problems, plan, at, ['capacity', 'refill_per_second']);
+      checkKeys(problems, plan, at, ['capacity', 'refill_per_second', 'cost_of_hit']);
       return [
         name,
         {
           capacity: readInteger(problems, plan, 'capacity', at, { min: 1, fallback: 1, required: true, expected: 'a positive integer' }),
           refill_per_second: readPositiveNumber(problems, plan, 'refill_per_second', at),
+          cost_of_hit: readInteger(problems, plan, 'cost_of_hit', at, { min: 0, max: 1, fallback: 1, expected: '0 or 1' }) as 0 | 1,
         },
       ];
     }),
@@ -222,7 +217,7 @@ function validateRoutes(
 }
 
 function validateCache(problems: Problems, raw: Record<string, unknown>): CacheConfig {
-  checkKeys(problems, raw, 'cache', ['memory', 'redis', 'ttl_seconds']);
+  checkKeys(problems, raw, 'cache', ['memory', 'redis', 'ttl_seconds', 'stale_seconds']);
   const memory = readSection(problems, raw, 'memory', 'cache');
   checkKeys(problems, memory, 'cache.memory', ['max_bytes']);
   const ttlRaw = readSection(problems, raw, 'ttl_seconds', 'cache');
@@ -244,6 +239,7 @@ function validateCache(problems: Problems, raw: Record<string, unknown>): CacheC
     },
     ...optional('redis', validateRedis(problems, field(raw, 'redis'), 'cache.redis')),
     ttl_seconds: ttl,
+    stale_seconds: readInteger(problems, raw, 'stale_seconds', 'cache', { min: 0, max: 86_400, fallback: 600, expected: 'an integer from 0 to 86400' }),
   };
 }
 
@@ -253,12 +249,16 @@ function optional<K extends string, V>(key: K, value: V | undefined): { [P in K]
 }
 
 function validateMetrics(problems: Problems, raw: Record<string, unknown>): MetricsConfig {
-  checkKeys(problems, raw, 'metrics', ['path']);
+  checkKeys(problems, raw, 'metrics', ['path', 'port']);
   const path = readString(problems, raw, 'path', 'metrics', '/metrics') ?? '/metrics';
   if (!path.startsWith('/')) problems.add('metrics.path', 'must start with "/"');
   // The API lives under /v1/; a metrics path there would shadow an endpoint.
   else if (path.startsWith('/v1/')) problems.add('metrics.path', 'must not start with "/v1/" (the API uses that prefix)');
-  return { path };
+  else if (PUBLIC_PATHS.includes(path)) problems.add('metrics.path', `must not be ${path} (perch serves that itself)`);
+  if (field(raw, 'port') === undefined) return { path };
+  // Port 0 is allowed for tests: it picks a free port like server.port 0.
+  const port = readInteger(problems, raw, 'port', 'metrics', { min: 0, max: 65535, fallback: 0, expected: 'an integer from 0 to 65535' });
+  return { path, port };
 }
 
 function validateLog(problems: Problems, raw: Record<string, unknown>): LogConfig {

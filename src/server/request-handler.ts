@@ -1,26 +1,39 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Client, KeyStore } from '../auth/key-store.js';
 import { Coalescer } from '../cache/coalescer.js';
-import { ageSeconds, isFresh, type CacheEntry } from '../cache/entry.js';
-import type { MemoryStore } from '../cache/memory-store.js';
-import { forwardCacheStatus, hitCacheStatus, type CacheOutcome } from '../cache/outcome.js';
+import { ageSeconds, type CacheEntry } from '../cache/entry.js';
+import { forwardCacheStatus, hitCacheStatus, staleCacheStatus, type CacheOutcome } from '../cache/outcome.js';
+import type { SharedFlights } from '../cache/shared-flight.js';
+import type { TieredCache } from '../cache/tiered-cache.js';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config/types.js';
 import { notFoundSubject, type EndpointName, type EndpointRequest } from '../endpoints.js';
 import { ERROR_MESSAGES, ERROR_TABLE, errorBody, type ErrorCode } from '../errors/error-table.js';
 import type { Logger } from '../observability/logger.js';
+import type { PerchMetrics } from '../observability/metrics.js';
+import { pushRateLimitHeaders } from '../ratelimit/headers.js';
+import type { RateLimits } from '../ratelimit/rate-limits.js';
+import type { Verdict } from '../ratelimit/token-bucket.js';
 import type { UpstreamSet } from '../upstream/upstream-set.js';
 import { requestIdFrom } from './request-id.js';
 import { send, sendError, type HeaderList } from './respond.js';
-import { INVALID, matchRoute } from './route.js';
+import { INVALID, matchRoute, type RouteMatch } from './route.js';
 
+/**
+ * `config`, `keys` and `upstreams` are replaced by a SIGHUP reload (server.ts passes getters over
+ * the `Runtime`), so the handler reads them per request and never keeps them.
+ */
 export interface HandlerDeps {
   readonly config: Config;
   readonly keys: KeyStore;
-  readonly cache: MemoryStore;
+  readonly cache: TieredCache;
+  /** Coalescing across instances; absent without Redis. */
+  readonly sharedFlights?: SharedFlights;
   readonly upstreams: UpstreamSet;
+  readonly rateLimits: RateLimits;
   readonly clock: Clock;
   readonly logger: Logger;
+  readonly metrics: PerchMetrics;
 }
 
 /**
@@ -32,8 +45,9 @@ interface Fetched {
   readonly body: Buffer;
   readonly retryAfterSeconds?: number;
   readonly stored: boolean;
-  readonly upstream: string;
-  readonly upstreamMs: number;
+  /** Absent when another instance fetched it and this one read the result from Redis. */
+  readonly upstream?: string;
+  readonly upstreamMs?: number;
 }
 
 /** Per-request facts gathered on the way, written once to the access log. */
@@ -45,6 +59,8 @@ interface Exchange {
   readonly started: number;
   client?: Client;
   route?: EndpointName;
+  /** The rate limiter's answer; from then on every response carries the rate-limit headers. */
+  limit?: Verdict;
   cache: CacheOutcome;
   upstream?: string;
   upstreamMs?: number;
@@ -56,13 +72,12 @@ const NOT_FOUND_BODIES = {
 } as const;
 
 /**
- * The request path, top to bottom: request id -> authenticate -> route and validate -> memory
- * cache -> coalesced upstream fetch -> store -> respond -> access log. Every response leaves
- * through `finish`, so every response is logged once with the same fields.
+ * The request path, top to bottom: request id -> authenticate -> route -> rate limit -> method
+ * and parameters -> memory cache -> coalesced upstream fetch -> store -> respond -> access log.
+ * Every response leaves through `finish`, so every response is logged once with the same fields.
  */
 export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, res: ServerResponse) => void {
-  const { keys, cache, upstreams, clock, logger } = deps;
-  const ttl = deps.config.cache.ttl_seconds;
+  const { cache, sharedFlights, rateLimits, clock, logger, metrics } = deps;
   const flights = new Coalescer<Fetched>();
 
   return function handle(req, res) {
@@ -85,49 +100,113 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
   function serve(x: Exchange): Promise<void> | undefined {
     // The key is checked before anything else, so an unauthenticated caller learns nothing,
     // not even which routes exist.
-    const client = keys.authenticate(x.req.headers['x-api-key']);
+    const client = deps.keys.authenticate(x.req.headers['x-api-key']);
     if (client === undefined) return fail(x, 'E401');
     x.client = client;
 
     const match = matchRoute(x.req.url ?? '/');
     if (match.kind === 'unknown') return fail(x, 'E404');
-    if (x.req.method !== 'GET' && !x.head) return fail(x, 'E405', ['allow', 'GET, HEAD']);
-    if (match.kind === 'invalid') return fail(x, 'E400', [], match.message);
-    const request = match.request;
-    x.route = request.endpoint;
-
-    const entry = lookup(request.path);
-    if (entry !== undefined) {
-      x.cache = 'hit';
-      const now = clock.now();
-      send(x.res, x.head, entry.status, entry.body, base(x, ['cache-status', hitCacheStatus(entry, now), 'age', ageSeconds(entry, now)]));
-      return finish(x, entry.status);
-    }
-    return forward(x, request);
+    x.route = match.kind === 'endpoint' ? match.request.endpoint : match.endpoint;
+    const methodAllowed = x.req.method === 'GET' || x.head;
+    // A plan with free hits needs to know whether the cache can answer before it can price the
+    // request, so the cache is looked at first; the entry found then is the one served.
+    const plan = rateLimits.plan(deps.config, client);
+    const hit = methodAllowed && match.kind === 'endpoint' && plan.costOfHit === 0 ? lookup(match.request.path) : undefined;
+    const verdict = rateLimits.take(client, plan, hit === undefined ? 1 : 0);
+    if (verdict instanceof Promise) return verdict.then((v) => admit(x, match, methodAllowed, v, hit));
+    return admit(x, match, methodAllowed, verdict, hit);
   }
 
-  async function forward(x: Exchange, request: EndpointRequest): Promise<void> {
+  /**
+   * Everything after the rate limiter. 405s and 400s have spent a token too: otherwise malformed
+   * requests would be a free way to keep perch busy.
+   */
+  function admit(
+    x: Exchange,
+    match: Exclude<RouteMatch, { kind: 'unknown' }>,
+    methodAllowed: boolean,
+    verdict: Verdict,
+    hit: CacheEntry | undefined,
+  ): Promise<void> | undefined {
+    x.limit = verdict;
+    if (!verdict.allowed) return fail(x, 'E429');
+    if (!methodAllowed) return fail(x, 'E405', ['allow', 'GET, HEAD']);
+    if (match.kind === 'invalid') return fail(x, 'E400', [], match.message);
+    const request = match.request;
+
+    // A memory hit is answered synchronously: no await on the hottest path.
+    const local = hit === undefined ? cache.local(request.path) : { entry: hit, fresh: true };
+    if (local?.fresh === true) return answerHit(x, local.entry, 'memory');
+    return forward(x, request, local?.entry);
+  }
+
+  function answerHit(x: Exchange, entry: CacheEntry, tier: 'memory' | 'redis'): undefined {
+    x.cache = 'hit';
+    const now = clock.now();
+    send(x.res, x.head, entry.status, entry.body, base(x, ['cache-status', hitCacheStatus(entry, now, tier), 'age', ageSeconds(entry, now)]));
+    return finish(x, entry.status);
+  }
+
+  /** `stale` is this instance's expired-but-retained entry, if any. */
+  async function forward(x: Exchange, request: EndpointRequest, stale: CacheEntry | undefined): Promise<void> {
+    const remote = await cache.remote(request.path);
+    if (remote?.fresh === true) return void answerHit(x, remote.entry, 'redis');
+    if (remote !== undefined && (stale === undefined || remote.entry.storedAt > stale.storedAt)) stale = remote.entry;
+    if (stale !== undefined) return revalidate(x, request, stale);
+
     const flight = flights.run(request.path, () => fetchAndStore(request));
     const fetched = await flight.promise;
-    x.cache = flight.leader ? 'miss' : 'coalesced';
+    // No upstream: another instance fetched it, and this flight read the result from Redis.
+    const viaRedis = fetched.upstream === undefined;
+    x.cache = flight.leader && !viaRedis ? 'miss' : 'coalesced';
     x.upstream = fetched.upstream;
     if (flight.leader) x.upstreamMs = fetched.upstreamMs;
-    const headers = base(x, ['cache-status', forwardCacheStatus(x.cache, fetched.stored)]);
+    const headers = base(x, ['cache-status', forwardCacheStatus(x.cache, fetched.stored, viaRedis)]);
     if (fetched.retryAfterSeconds !== undefined) headers.push('retry-after', fetched.retryAfterSeconds);
     send(x.res, x.head, fetched.status, fetched.body, headers);
     finish(x, fetched.status);
   }
 
-  /** One upstream exchange and its effect on the cache; runs once per coalesced flight. */
+  /**
+   * Stale-while-revalidate, and stale-if-error by the same token: the client gets the stale
+   * entry at once, one refresh runs behind it, and a refresh that fails (error, timeout, 429)
+   * stores nothing, so the stale entry keeps being served until its retention ends.
+   */
+  function revalidate(x: Exchange, request: EndpointRequest, entry: CacheEntry): void {
+    flights.run(request.path, () => fetchAndStore(request)).promise.catch((error: unknown) => {
+      logger.error({ err: error, route: request.endpoint }, 'background refresh failed');
+    });
+    x.cache = 'stale';
+    const now = clock.now();
+    send(x.res, x.head, entry.status, entry.body, base(x, ['cache-status', staleCacheStatus(entry, now), 'age', ageSeconds(entry, now)]));
+    finish(x, entry.status);
+  }
+
+  /**
+   * One upstream exchange and its effect on the cache; runs once per coalesced flight. With
+   * Redis, another instance may already be fetching the same key: then its result is used.
+   */
   async function fetchAndStore(request: EndpointRequest): Promise<Fetched> {
-    const { result, upstream, ms } = await upstreams.fetch(request);
+    const claim = sharedFlights === undefined ? undefined : await sharedFlights.claim(request.endpoint, request.path);
+    if (claim?.kind === 'entry') return { status: claim.entry.status, body: claim.entry.body, stored: false };
+    try {
+      return await fetchUpstream(request);
+    } finally {
+      // After the store above completed, so a waiting instance finds the entry, not a free lease.
+      claim?.release();
+    }
+  }
+
+  async function fetchUpstream(request: EndpointRequest): Promise<Fetched> {
+    const ttl = deps.config.cache.ttl_seconds;
+    const { result, upstream, ms } = await deps.upstreams.fetch(request);
     const via = { upstream, upstreamMs: ms };
     switch (result.kind) {
       case 'ok':
-        return { status: 200, body: result.body, stored: store(request, 200, result.body, ttl[request.endpoint]), ...via };
+        return { status: 200, body: result.body, stored: await store(request, 200, result.body, ttl[request.endpoint]), ...via };
       case 'not_found': {
         const body = NOT_FOUND_BODIES[notFoundSubject(request.endpoint)];
-        return { status: 404, body, stored: store(request, 404, body, ttl.not_found), ...via };
+        return { status: 404, body, stored: await store(request, 404, body, ttl.not_found), ...via };
       }
       case 'bad_request':
         return { ...errorFetched('E400', INVALID.cursor), ...via };
@@ -145,15 +224,15 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     }
   }
 
+  /** A fresh entry of the memory tier, answered synchronously. */
   function lookup(key: string): CacheEntry | undefined {
-    const entry = cache.get(key);
-    return entry !== undefined && isFresh(entry, clock.now()) ? entry : undefined;
+    const found = cache.local(key);
+    return found?.fresh === true ? found.entry : undefined;
   }
 
-  function store(request: EndpointRequest, status: 200 | 404, body: Buffer, ttlSeconds: number): boolean {
+  async function store(request: EndpointRequest, status: 200 | 404, body: Buffer, ttlSeconds: number): Promise<boolean> {
     if (ttlSeconds <= 0) return false;
-    const ttlMs = ttlSeconds * 1000;
-    cache.set(request.path, { status, body, storedAt: clock.now(), ttlMs }, ttlMs);
+    await cache.store(request.path, { status, body, storedAt: clock.now(), ttlMs: ttlSeconds * 1000 });
     return true;
   }
 
@@ -172,6 +251,10 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
   }
 
   function finish(x: Exchange, status: number): undefined {
+    const ms = performance.now() - x.started;
+    metrics.request(x.route ?? 'none', status, x.cache, ms / 1000);
+    // Only perch's own refusals: an upstream 429 leaves the limiter's verdict allowed.
+    if (x.limit?.allowed === false && x.client !== undefined) metrics.rateLimited(x.client.id);
     logger.info(
       {
         req_id: x.requestId,
@@ -181,7 +264,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
         cache: x.cache,
         upstream: x.upstream ?? null,
         upstream_ms: x.upstreamMs === undefined ? null : round(x.upstreamMs),
-        ms: round(performance.now() - x.started),
+        ms: round(ms),
         key_id: x.client?.id ?? null,
       },
       'request',
@@ -190,13 +273,14 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
   }
 }
 
-function errorFetched(code: ErrorCode, message?: string): Omit<Fetched, 'upstream' | 'upstreamMs'> {
+function errorFetched(code: ErrorCode, message?: string): Fetched {
   return { status: ERROR_TABLE[code].status, body: errorBody(code, message), stored: false };
 }
 
 /** Headers every response carries, before the response's own. */
 function base(x: Exchange, headers: HeaderList): HeaderList {
   headers.push('x-request-id', x.requestId);
+  if (x.limit !== undefined) pushRateLimitHeaders(headers, x.limit);
   return headers;
 }
 

@@ -3,7 +3,7 @@ import type { EndpointName, EndpointRequest, PathParams } from '../endpoints.js'
 /** Result of matching a request target against the six routes. */
 export type RouteMatch =
   | { readonly kind: 'endpoint'; readonly request: EndpointRequest }
-  | { readonly kind: 'invalid'; readonly message: string }
+  | { readonly kind: 'invalid'; readonly endpoint: EndpointName; readonly message: string }
   | { readonly kind: 'unknown' };
 
 const ID_PATTERN = /^[0-9]{1,20}$/;
@@ -52,14 +52,14 @@ const UNKNOWN: RouteMatch = { kind: 'unknown' };
 
 function single(endpoint: 'user' | 'tweet', name: 'user_id' | 'tweet_id', raw: string): RouteMatch {
   const id = decodeSegment(raw);
-  if (id === undefined || !ID_PATTERN.test(id)) return invalid(INVALID[name]);
+  if (id === undefined || !ID_PATTERN.test(id)) return invalid(endpoint, INVALID[name]);
   const base = endpoint === 'tweet' ? '/v1/tweets/' : '/v1/users/';
   return ok(endpoint, { [name]: id }, base + id);
 }
 
 function byUsername(raw: string): RouteMatch {
   const name = decodeSegment(raw);
-  if (name === undefined || !USERNAME_PATTERN.test(name)) return invalid(INVALID.username);
+  if (name === undefined || !USERNAME_PATTERN.test(name)) return invalid('user_by_username', INVALID.username);
   // Usernames are case-insensitive at the provider, so one cache entry serves every spelling.
   const username = name.toLowerCase();
   return ok('user_by_username', { username }, `/v1/users/by/username/${username}`);
@@ -67,21 +67,21 @@ function byUsername(raw: string): RouteMatch {
 
 function listing(endpoint: 'tweets' | 'replies' | 'following', raw: string, query: string): RouteMatch {
   const id = decodeSegment(raw);
-  if (id === undefined || !ID_PATTERN.test(id)) return invalid(INVALID.user_id);
+  if (id === undefined || !ID_PATTERN.test(id)) return invalid(endpoint, INVALID.user_id);
   const search = query === '' ? undefined : new URLSearchParams(query);
   const cursors = search?.getAll('cursor') ?? [];
-  if (cursors.length > 1) return invalid(INVALID.repeated('cursor'));
+  if (cursors.length > 1) return invalid(endpoint, INVALID.repeated('cursor'));
   const cursor = cursors[0];
   if (cursor !== undefined && (cursor === '' || Buffer.byteLength(cursor) > MAX_CURSOR_BYTES || CONTROL_CHARACTER.test(cursor))) {
-    return invalid(INVALID.cursor);
+    return invalid(endpoint, INVALID.cursor);
   }
   let path = `/v1/users/${id}/${endpoint}`;
   let count: number | undefined;
   if (endpoint === 'following') {
     const counts = search?.getAll('count') ?? [];
-    if (counts.length > 1) return invalid(INVALID.repeated('count'));
+    if (counts.length > 1) return invalid(endpoint, INVALID.repeated('count'));
     count = counts.length === 0 ? DEFAULT_COUNT : parseCount(counts[0]!);
-    if (count === undefined) return invalid(INVALID.count);
+    if (count === undefined) return invalid(endpoint, INVALID.count);
     path += `?count=${count}`;
   }
   if (cursor !== undefined) path += `${count === undefined ? '?' : '&'}cursor=${encodeURIComponent(cursor)}`;
@@ -108,6 +108,6 @@ function ok(endpoint: EndpointName, params: PathParams, path: string): RouteMatc
   return { kind: 'endpoint', request: { endpoint, params, path } };
 }
 
-function invalid(message: string): RouteMatch {
-  return { kind: 'invalid', message };
+function invalid(endpoint: EndpointName, message: string): RouteMatch {
+  return { kind: 'invalid', endpoint, message };
 }

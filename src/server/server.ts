@@ -1,13 +1,17 @@
-import { createServer, type Server } from 'node:http';
+import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Dispatcher } from 'undici';
-import { KeyStore } from '../auth/key-store.js';
-import { MemoryStore } from '../cache/memory-store.js';
+import { createCache } from '../cache/create-cache.js';
+import type { TieredCache } from '../cache/tiered-cache.js';
 import { systemClock, type Clock } from '../clock.js';
 import type { Config } from '../config/types.js';
 import type { Logger } from '../observability/logger.js';
-import { UpstreamSet } from '../upstream/upstream-set.js';
+import { PerchMetrics } from '../observability/metrics.js';
+import { RateLimits } from '../ratelimit/rate-limits.js';
+import { createApiServer, createMetricsServer, drain } from './listener.js';
+import { PublicRoutes } from './public-routes.js';
 import { createRequestHandler } from './request-handler.js';
+import { Runtime } from './runtime.js';
 
 export interface PerchOptions {
   readonly config: Config;
@@ -20,9 +24,23 @@ export interface PerchOptions {
 
 export interface Perch {
   readonly server: Server;
+  /** Both cache tiers; `redisState` and `redisStats` are for metrics. */
+  readonly cache: TieredCache;
+  /** This instance's metrics (its own registry). */
+  readonly metrics: PerchMetrics;
   /** Binds `server.host:server.port` (port 0 picks one) and resolves with the address. */
   listen(): Promise<AddressInfo>;
-  /** Stops accepting, lets in-flight requests finish, then releases upstream connections. */
+  /** The `metrics.port` listener's address once listening; undefined without `metrics.port`. */
+  metricsAddress(): AddressInfo | undefined;
+  /**
+   * Applies a new validated config (SIGHUP): keys, plans' TTLs, routes and upstreams change for
+   * the next request; connections and the cache stay. See `Runtime` for what needs a restart.
+   */
+  reload(config: Config): void;
+  /**
+   * Stops accepting, lets in-flight requests finish within `server.shutdown_grace_ms`, closes
+   * the connections left, then releases upstream connections and Redis.
+   */
   close(): Promise<void>;
 }
 
@@ -30,32 +48,81 @@ export interface Perch {
 export function createPerch(options: PerchOptions): Perch {
   const { config, logger } = options;
   const clock = options.clock ?? systemClock;
-  const upstreams = new UpstreamSet(config, { clock, dispatchers: options.dispatchers });
+  const metrics = new PerchMetrics();
+  const runtime = new Runtime(config, { clock, logger, metrics, dispatchers: options.dispatchers });
+  const rateLimits = new RateLimits(config, { clock, logger });
+  const tiers = createCache(config, { clock, logger });
   const handler = createRequestHandler({
-    config,
-    keys: new KeyStore(config.auth.keys),
-    cache: new MemoryStore({ maxBytes: config.cache.memory.max_bytes, clock }),
-    upstreams,
+    get config() {
+      return runtime.current.config;
+    },
+    get keys() {
+      return runtime.current.keys;
+    },
+    get upstreams() {
+      return runtime.current.upstreams;
+    },
+    ...tiers,
+    rateLimits,
     clock,
     logger,
+    metrics,
   });
-  const server = createServer(handler);
+  metrics.addCacheTier(tiers.cache.memory);
+  const routes = new PublicRoutes({ runtime, metrics, serveMetrics: config.metrics.port === undefined, logger });
+  if (tiers.cache.shared) {
+    // The Redis breaker is the live view of whether Redis answers: closed means it does.
+    metrics.addStateGauge('perch_redis_up', 'Whether the Redis cache tier answers (1) or is bypassed (0).', () =>
+      tiers.cache.redisState === 'closed' ? 1 : 0,
+    );
+    routes.addReadinessCheck('redis', () => tiers.cache.redisState === 'closed');
+  }
+  const server = createApiServer(config.server, (req, res) => routes.handle(req, res) || handler(req, res), logger);
+  const metricsServer = config.metrics.port === undefined ? undefined : createMetricsServer((req, res) => routes.handleMetricsOnly(req, res));
 
   return {
     server,
-    listen: () =>
-      new Promise((resolve, reject) => {
-        server.once('error', reject);
-        server.listen(config.server.port, config.server.host, () => {
-          server.off('error', reject);
-          resolve(server.address() as AddressInfo);
-        });
-      }),
+    cache: tiers.cache,
+    metrics,
+    listen: async () => {
+      if (metricsServer !== undefined) await bind(metricsServer, config.metrics.port ?? 0, config.server.host);
+      return bind(server, config.server.port, config.server.host);
+    },
+    metricsAddress: () => (metricsServer?.listening === true ? (metricsServer.address() as AddressInfo) : undefined),
+    reload: (next) => runtime.replace(next),
     close: async () => {
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      server.closeIdleConnections();
-      await closed;
-      await upstreams.close();
+      const grace = config.server.shutdown_grace_ms;
+      const deadline = performance.now() + grace;
+      await Promise.all([drain(server, grace), metricsServer === undefined ? undefined : drain(metricsServer, grace)]);
+      // Upstream exchanges still running past the grace period serve nobody now: not waited for.
+      await within(runtime.close(), deadline - performance.now());
+      // One store failing to close must not keep the other's connection open.
+      const closed = await Promise.allSettled([rateLimits.close(), tiers.cache.close()]);
+      const failure = closed.find((result) => result.status === 'rejected');
+      if (failure !== undefined) throw failure.reason;
     },
   };
+}
+
+function bind(server: Server, port: number, host: string): Promise<AddressInfo> {
+  return new Promise((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(port, host, () => {
+      server.off('error', reject);
+      resolve(server.address() as AddressInfo);
+    });
+  });
+}
+
+/** Waits for `work` at most `ms`; the work goes on unobserved after that. */
+async function within(work: Promise<void>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<void>((resolve) => (timer = setTimeout(resolve, Math.max(0, ms))));
+  // A failure after the deadline has nobody left to report to.
+  work.catch(() => undefined);
+  try {
+    await Promise.race([work, expired]);
+  } finally {
+    clearTimeout(timer);
+  }
 }

@@ -1,5 +1,6 @@
 import type { TestContext } from 'node:test';
 import type { Dispatcher } from 'undici';
+import type { TieredCache } from '../../src/cache/tiered-cache.js';
 import type { Clock } from '../../src/clock.js';
 import { parseConfig } from '../../src/config/load.js';
 import type { Config } from '../../src/config/types.js';
@@ -12,11 +13,14 @@ export const OTHER_KEY = 'test-key-bravo-0123456789';
 export interface RunningPerch {
   readonly url: string;
   /**
-   * Requests perch has started handling. The count is taken after perch's own handler ran for
-   * a request, so a request counted here has already joined the cache or an upstream flight.
+   * Requests perch has started handling. The count is taken after perch's own handler ran
+   * synchronously for a request: with the memory tier alone it has then joined the cache or an
+   * upstream flight; with Redis it may still be awaiting its Redis lookup.
    */
   received(): number;
   readonly config: Config;
+  /** The instance's cache tiers, to read Redis state and counters. */
+  readonly cache: TieredCache;
   readonly logs: LogCapture;
   /** GET (or `method`) on perch with the test key unless `key` says otherwise (null: no header). */
   request(path: string, options?: RequestOptions): Promise<TestResponse>;
@@ -90,6 +94,7 @@ export async function startPerch(
     url,
     received: () => received,
     config,
+    cache: perch.cache,
     logs,
     async request(path, requestOptions = {}) {
       const headers: Record<string, string> = { ...requestOptions.headers };
