@@ -1,0 +1,33 @@
+// The bench's own node:http servers (upstream stand-in, ceiling), each a pinned child process.
+import { fileURLToPath } from 'node:url';
+import { request } from 'undici';
+import { start, waitForLine } from './procs.mjs';
+
+const script = (name) => fileURLToPath(new URL(`./servers/${name}.mjs`, import.meta.url));
+
+async function startScript(ctx, name, env = {}) {
+  const proc = start(name, process.execPath, [script(name)], { cpu: ctx.pin.serverCpu, env: { ...process.env, ...env } });
+  const [, port] = await waitForLine(proc, /^LISTENING (\d+)$/);
+  return { proc, port: Number(port), url: `http://127.0.0.1:${port}` };
+}
+
+/** The v1 provider stand-in, with request counters for the economy figure. */
+export async function startUpstream(ctx) {
+  const upstream = await startScript(ctx, 'upstream');
+  return {
+    ...upstream,
+    async stats() {
+      const res = await request(`${upstream.url}/__bench/stats`);
+      return res.body.json();
+    },
+    async reset() {
+      const res = await request(`${upstream.url}/__bench/reset`, { method: 'POST' });
+      return res.body.json();
+    },
+  };
+}
+
+/** The bare node:http ceiling serving the hit page for `userId`. */
+export function startCeiling(ctx, userId) {
+  return startScript(ctx, 'ceiling', { HIT_USER_ID: userId });
+}

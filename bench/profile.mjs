@@ -1,0 +1,64 @@
+#!/usr/bin/env node
+// `npm run profile` from bench/: one hit-path run against perch started with `node --cpu-prof`,
+// then the top self-time functions. The profile is kept in bench/profiles/ (git-ignored
+// *.cpuprofile). BENCH_DURATION_S (10), BENCH_CONNECTIONS (64), BENCH_PROFILE_TOP (10).
+import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { cannon } from './lib/load.mjs';
+import { BENCH_KEY, ensureBuilt, get, metricsSection, startPerch } from './lib/perch.mjs';
+import { installCleanup, pinning, pinSelf } from './lib/procs.mjs';
+import { summarizeProfile } from './lib/profile.mjs';
+import { startUpstream } from './lib/servers.mjs';
+import { HIT_PATH } from './scenarios/hit.mjs';
+
+const benchDir = dirname(fileURLToPath(import.meta.url));
+// BENCH_PERCH_ROOT: another checkout/build of perch to measure (default: this repository).
+const repoRoot = process.env.BENCH_PERCH_ROOT ? resolve(process.env.BENCH_PERCH_ROOT) : dirname(benchDir);
+const durationS = Number(process.env.BENCH_DURATION_S ?? 10);
+const connections = Number(process.env.BENCH_CONNECTIONS ?? 64);
+const topN = Number(process.env.BENCH_PROFILE_TOP ?? 10);
+
+installCleanup();
+const perchMain = join(repoRoot, 'dist', 'src', 'main.js');
+ensureBuilt(repoRoot, perchMain);
+const pin = pinning({ serverCpu: 0, clientCpu: 1 });
+pinSelf(pin.clientCpu);
+const tmpDir = mkdtempSync(join(os.tmpdir(), 'perch-profile-'));
+process.on('exit', () => rmSync(tmpDir, { recursive: true, force: true }));
+const ctx = { options: { logToFile: false }, pin, tmpDir, repoRoot, perchMain, log: console.error };
+ctx.metricsYaml = metricsSection(ctx);
+const profileDir = join(benchDir, 'profiles', new Date().toISOString().replace(/[:.]/g, '-'));
+
+const window = { fromUs: 0, toUs: 0 };
+const upstream = await startUpstream(ctx);
+let perch;
+try {
+  perch = await startPerch(ctx, 'perch-profile', { upstreamUrl: upstream.url, ttl: { tweets: 3600 } }, { cpuProfileDir: profileDir });
+} catch (error) {
+  await upstream.proc.stop();
+  rmSync(profileDir, { recursive: true, force: true }); // a profile of a failed start is noise
+  throw error;
+}
+try {
+  await get(perch.url, HIT_PATH);
+  const hit = await get(perch.url, HIT_PATH);
+  if (!String(hit.headers['cache-status']).startsWith('perch; hit')) throw new Error('not a hit');
+  window.fromUs = Number(process.hrtime.bigint() / 1000n);
+  const result = await cannon({ url: perch.url, path: HIT_PATH, headers: { 'x-api-key': BENCH_KEY }, connections, durationS, serverPids: [perch.proc.pid] });
+  window.toUs = Number(process.hrtime.bigint() / 1000n);
+  console.log(`profiled hit run (${durationS} s, ${connections} conns, --cpu-prof on): ${result.rps.toFixed(0)} req/s, p50 ${result.p50.toFixed(2)} ms, p99 ${result.p99.toFixed(2)} ms, server CPU ${(result.serverCpu * 100).toFixed(0)}%`);
+} finally {
+  await perch.proc.stop(15_000); // SIGTERM: perch exits cleanly and V8 writes the profile
+  await upstream.proc.stop();
+}
+const files = readdirSync(profileDir).filter((f) => f.endsWith('.cpuprofile'));
+if (files.length === 0) throw new Error(`no .cpuprofile written in ${profileDir}`);
+const summary = summarizeProfile(join(profileDir, files[0]), topN, repoRoot, window);
+console.log(`\nprofile: ${join(profileDir, files[0])}`);
+console.log(`${summary.windowed ? 'samples taken during the load run only' : 'all samples (start-up included: the load window did not match the profile clock)'}: ${summary.totalMs.toFixed(0)} ms, busy (not idle) ${summary.busyMs.toFixed(0)} ms\n`);
+console.log(`top ${topN} by self time (share of busy time):`);
+summary.top.forEach((f, i) => console.log(`${String(i + 1).padStart(2)}. ${(f.share * 100).toFixed(1).padStart(5)}%  ${f.ms.toFixed(0).padStart(6)} ms  ${f.name}  ${f.where}`));
+console.log('\nself time by area:');
+for (const a of summary.areas) console.log(`  ${(a.share * 100).toFixed(1).padStart(5)}%  ${a.area}`);

@@ -1,0 +1,145 @@
+#!/usr/bin/env node
+// perch benchmarks (issue #6): `npm run bench` from bench/. Runs every scenario, prints a table,
+// writes bench/RESULTS.md. Environment:
+//   BENCH_DURATION_S (10)        seconds per measured hit/miss run
+//   BENCH_RUNS (3)               runs per figure (median reported)
+//   BENCH_WARMUP_S (2)           warm-up run per target before measuring (capped at the duration)
+//   BENCH_CONNECTIONS (64)       hit-path connections, also the cache-fill concurrency
+//   BENCH_MISS_CONNECTIONS (1)   miss-path connections (see scenarios/miss.mjs)
+//   BENCH_ONLY                   comma list of scenarios: hit,miss,economy,memory
+//   BENCH_ECONOMY_REQUESTS (100000), BENCH_ECONOMY_KEYS (10000), BENCH_ZIPF_S (1.1), BENCH_SEED (6)
+//   BENCH_MEMORY_ENTRIES (100000), BENCH_MEMORY_MAX_BYTES (134217728)
+//   BENCH_SERVER_CPU (0), BENCH_CLIENT_CPU (1)
+//   BENCH_LOG_FILE=1             perch logs to a file in the temp dir instead of /dev/null
+//   BENCH_RESULTS                output file (bench/RESULTS.md)
+//   BENCH_PERCH_ROOT             perch checkout to measure (default: the repository around bench/)
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { ensureBuilt, metricsSection } from './lib/perch.mjs';
+import { installCleanup, pinning, pinSelf } from './lib/procs.mjs';
+import { evaluate, printTable, writeResults } from './lib/report.mjs';
+import { economyScenario } from './scenarios/economy.mjs';
+import { hitScenario } from './scenarios/hit.mjs';
+import { memoryScenario } from './scenarios/memory.mjs';
+import { missScenario } from './scenarios/miss.mjs';
+
+const benchDir = dirname(fileURLToPath(import.meta.url));
+// BENCH_PERCH_ROOT: another checkout/build of perch to measure (default: this repository).
+const repoRoot = process.env.BENCH_PERCH_ROOT ? resolve(process.env.BENCH_PERCH_ROOT) : dirname(benchDir);
+
+function num(name, fallback, { min = 0, integer = false } = {}) {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isFinite(value) || value < min || (integer && !Number.isInteger(value))) {
+    throw new Error(`${name} must be ${integer ? 'an integer' : 'a number'} >= ${min}, got ${JSON.stringify(raw)}`);
+  }
+  return value;
+}
+
+const SCENARIOS = { hit: hitScenario, miss: missScenario, economy: economyScenario, memory: memoryScenario };
+
+function readOptions() {
+  const durationS = num('BENCH_DURATION_S', 10, { min: 1 });
+  const only = (process.env.BENCH_ONLY ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+  for (const name of only) if (!(name in SCENARIOS)) throw new Error(`BENCH_ONLY: unknown scenario ${name} (known: ${Object.keys(SCENARIOS).join(', ')})`);
+  return {
+    durationS,
+    runs: num('BENCH_RUNS', 3, { min: 1, integer: true }),
+    warmupS: Math.min(durationS, num('BENCH_WARMUP_S', 2, { min: 1 })),
+    connections: num('BENCH_CONNECTIONS', 64, { min: 1, integer: true }),
+    missConnections: num('BENCH_MISS_CONNECTIONS', 1, { min: 1, integer: true }),
+    only: only.length > 0 ? only : Object.keys(SCENARIOS),
+    serverCpu: num('BENCH_SERVER_CPU', 0, { integer: true }),
+    clientCpu: num('BENCH_CLIENT_CPU', 1, { integer: true }),
+    logToFile: process.env.BENCH_LOG_FILE === '1',
+    results: process.env.BENCH_RESULTS ?? join(benchDir, 'RESULTS.md'),
+    economy: {
+      requests: num('BENCH_ECONOMY_REQUESTS', 100_000, { min: 1, integer: true }),
+      keys: num('BENCH_ECONOMY_KEYS', 10_000, { min: 1, integer: true }),
+      s: num('BENCH_ZIPF_S', 1.1, { min: 0 }),
+      seed: num('BENCH_SEED', 6, { integer: true }),
+      concurrency: num('BENCH_CONNECTIONS', 64, { min: 1, integer: true }),
+      deadlineS: 120,
+    },
+    memory: {
+      entries: num('BENCH_MEMORY_ENTRIES', 100_000, { min: 1, integer: true }),
+      maxBytes: num('BENCH_MEMORY_MAX_BYTES', 128 * 1024 * 1024, { min: 1024 * 1024, integer: true }),
+      deadlineS: 120,
+    },
+  };
+}
+
+function gitDescription() {
+  try {
+    const head = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: repoRoot, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', 'src'], { cwd: repoRoot, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim() !== '';
+    return `${head}${dirty ? ' (src/ has uncommitted changes)' : ''}`;
+  } catch {
+    return `not a git checkout: ${repoRoot}`;
+  }
+}
+
+async function main() {
+  const options = readOptions();
+  installCleanup();
+  const perchMain = join(repoRoot, 'dist', 'src', 'main.js');
+  const built = ensureBuilt(repoRoot, perchMain);
+  const pin = pinning(options);
+  pinSelf(pin.clientCpu);
+  const tmpDir = mkdtempSync(join(os.tmpdir(), 'perch-bench-'));
+  process.on('exit', () => rmSync(tmpDir, { recursive: true, force: true }));
+  const started = Date.now();
+  const log = (line) => process.stderr.write(`${line}\n`);
+  const ctx = { options, pin, tmpDir, repoRoot, perchMain, log, metricsYaml: undefined, metricsPresent: undefined };
+  ctx.metricsYaml = metricsSection(ctx);
+
+  log(`bench: ${options.only.join(', ')}; ${options.durationS} s x ${options.runs} runs; ${pin.note}`);
+  const figures = [];
+  const notes = [];
+  const errors = [];
+  for (const name of options.only) {
+    log(`bench: ${name}`);
+    const t0 = Date.now();
+    try {
+      const result = await SCENARIOS[name](ctx);
+      figures.push(...result.figures.map(evaluate));
+      notes.push(...result.notes);
+    } catch (error) {
+      errors.push(`${name}: ${error.message}`);
+      log(`bench: ${name} failed: ${error.stack ?? error.message}`);
+    }
+    log(`bench: ${name} took ${((Date.now() - t0) / 1000).toFixed(1)} s`);
+  }
+
+  const cpus = os.cpus();
+  const smoke = options.durationS < 10 || options.runs < 3;
+  const env = [
+    ['date', new Date().toISOString()],
+    ['node', process.version],
+    ['CPUs', `${cpus.length} x ${cpus[0]?.model ?? 'unknown'}`],
+    ['OS', `${os.type()} ${os.release()} ${os.arch()}`],
+    ['perch', `${gitDescription()}${built ? ', built by the bench' : ''}`],
+    ['pinning', pin.note],
+    ['runs', `${options.runs} x ${options.durationS} s per figure (warm-up ${options.warmupS} s per target)${smoke ? ' — SMOKE' : ''}`],
+    ['hit connections', String(options.connections)],
+    ['miss connections', String(options.missConnections)],
+    ['perch log', options.logToFile ? 'level info, access log to a file' : 'level info, access log to /dev/null'],
+    ['metrics', ctx.metricsPresent === undefined ? `config ${ctx.metricsYaml ?? '(none accepted)'}` : `${ctx.metricsPresent ? 'endpoint present' : 'no /metrics endpoint in this build'} (config \`${ctx.metricsYaml ?? 'none'}\`)`],
+    ['total time', `${((Date.now() - started) / 1000).toFixed(0)} s`],
+  ];
+  const table = printTable(figures);
+  process.stdout.write(`\n${table}\n`);
+  if (errors.length > 0) process.stdout.write(`\nfailed scenarios:\n${errors.map((e) => `  ${e}`).join('\n')}\n`);
+  writeResults(options.results, { env, settings: { ...options, smoke }, figures, notes, errors });
+  process.stdout.write(`\nwrote ${options.results}\n`);
+  process.exitCode = errors.length > 0 ? 1 : 0;
+}
+
+main().catch((error) => {
+  process.stderr.write(`bench: ${error.stack ?? error.message}\n`);
+  process.exitCode = 1;
+});
