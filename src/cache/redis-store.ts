@@ -1,5 +1,5 @@
 import type { RedisClient } from '../redis/redis-client.js';
-import type { CacheEntry } from './entry.js';
+import { ownedBytes, type CacheEntry } from './entry.js';
 import type { CacheStore } from './store.js';
 
 /**
@@ -34,8 +34,7 @@ export function decodeEntry(value: Buffer): CacheEntry | undefined {
     status,
     storedAt: value.readDoubleBE(4),
     ttlMs: value.readUInt32BE(12),
-    // A copy, so the entry does not pin whatever larger buffer the reply was parsed from.
-    body: Buffer.from(value.subarray(HEADER_BYTES)),
+    body: ownedBytes([value.subarray(HEADER_BYTES)], value.length - HEADER_BYTES),
   };
 }
 

@@ -1,6 +1,7 @@
 import { Pool, type Dispatcher } from 'undici';
 import type { Clock } from '../clock.js';
 import type { V1UpstreamConfig } from '../config/types.js';
+import { ownedBytes } from '../cache/entry.js';
 import { hasEndpointShape, type EndpointRequest } from '../endpoints.js';
 import { retryAfterSeconds } from './retry-after.js';
 import type { Upstream, UpstreamResult } from './upstream.js';
@@ -103,7 +104,7 @@ async function readLimited(body: Dispatcher.ResponseData['body'], max: number): 
     }
     chunks.push(chunk as Buffer);
   }
-  return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, length);
+  return ownedBytes(chunks, length);
 }
 
 function failed(failure: 'bad_body' | 'unauthorized' | 'status_5xx' | 'unexpected_status', reason: string): UpstreamResult {
