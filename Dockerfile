@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # Build stage: compile TypeScript with the dev dependencies, then keep only production ones.
-FROM node:24.11.1-bookworm-slim AS build
+FROM node:24.21.0-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json tsconfig.json ./
 RUN npm ci --no-audit --no-fund
@@ -9,8 +9,11 @@ COPY test ./test
 RUN npm run build && npm prune --omit=dev
 
 # Runtime stage: compiled code and production dependencies only, as an unprivileged user.
-FROM node:24.11.1-bookworm-slim
+FROM node:24.21.0-bookworm-slim
 ENV NODE_ENV=production
+# The bundled demo configuration binds ${PERCH_HOST:-127.0.0.1}; inside a container only
+# 0.0.0.0 is reachable through a published port. Mount your own file over /etc/perch/perch.yaml.
+ENV PERCH_HOST=0.0.0.0
 WORKDIR /app
 COPY --from=build /app/package.json ./
 COPY --from=build /app/node_modules ./node_modules
