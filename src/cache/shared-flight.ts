@@ -43,14 +43,15 @@ export class SharedFlights {
     const lockKey = `${this.#prefix}lock:${key}`;
     const token = randomUUID();
     const deadline = performance.now() + leaseMs + POLL_MS;
-    for (let waited = false; ; waited = true) {
+    for (;;) {
       const taken = await this.#guard.run('lease', (client) => client.set(lockKey, token, 'PX', leaseMs, 'NX'));
       // undefined: Redis is unavailable, so nobody can be waited for.
       if (taken === undefined) return { kind: 'fetch', release: () => {} };
       if (taken === 'OK') {
         const release = () => void this.#release(lockKey, token);
-        // The holder we waited for may have stored and released between our last look and now.
-        const found = waited ? await this.#cache.remote(key) : undefined;
+        // Another instance may have stored and released between our last look and the lease,
+        // even on the first attempt: one more read costs far less than a second upstream call.
+        const found = await this.#cache.remote(key);
         if (found?.fresh !== true) return { kind: 'fetch', release };
         release();
         return { kind: 'entry', entry: found.entry };
