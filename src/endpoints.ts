@@ -28,6 +28,26 @@ export interface EndpointRequest {
   readonly path: string;
 }
 
+/** The path parameter each endpoint takes (listings take the user's id). */
+export const PATH_PARAMETER: Readonly<Record<EndpointName, keyof PathParams>> = {
+  user: 'user_id',
+  user_by_username: 'username',
+  tweets: 'user_id',
+  replies: 'user_id',
+  following: 'user_id',
+  tweet: 'tweet_id',
+};
+
+/**
+ * The path parameters' rules, for input that is not a request path (purge bodies, upstream
+ * bodies): a value that would not pass as a path parameter must not become part of a cache key.
+ */
+export const PARAMETER_PATTERNS: Readonly<Record<keyof PathParams, RegExp>> = {
+  user_id: /^[0-9]{1,20}$/,
+  tweet_id: /^[0-9]{1,20}$/,
+  username: /^[A-Za-z0-9_]{1,50}$/,
+};
+
 export function isEndpointName(value: string): value is EndpointName {
   return (ENDPOINT_NAMES as readonly string[]).includes(value);
 }

@@ -22,7 +22,7 @@ const TIERS: Record<string, (t: TestContext) => Promise<CacheStore>> = {
 };
 
 function entry(body: Buffer | string, status: 200 | 404 = 200, ttlMs = 60_000): CacheEntry {
-  return { status, body: typeof body === 'string' ? Buffer.from(body) : body, storedAt: 1_767_225_600_123, ttlMs };
+  return { status, body: typeof body === 'string' ? Buffer.from(body) : body, storedAt: 1_767_225_600_123, ttlMs, generation: { all: 2, scope: 7 } };
 }
 
 for (const [tier, open] of Object.entries(TIERS)) {
@@ -35,12 +35,19 @@ for (const [tier, open] of Object.entries(TIERS)) {
 
   test(`${tier}: entries keep status, storedAt and ttl`, async (t) => {
     const store = await open(t);
-    const notFound: CacheEntry = { status: 404, body: Buffer.from('{}'), storedAt: 1_767_225_601_999, ttlMs: 604_800_000 };
+    const notFound: CacheEntry = {
+      status: 404,
+      body: Buffer.from('{}'),
+      storedAt: 1_767_225_601_999,
+      ttlMs: 604_800_000,
+      generation: { all: 4_294_967_295, scope: 0 },
+    };
     await store.set('/v1/tweets/7', notFound, 604_800_000);
     const got = await store.get('/v1/tweets/7');
     assert.equal(got?.status, 404);
     assert.equal(got?.storedAt, 1_767_225_601_999);
     assert.equal(got?.ttlMs, 604_800_000);
+    assert.deepEqual(got?.generation, { all: 4_294_967_295, scope: 0 });
   });
 
   test(`${tier}: a set replaces the earlier entry; delete removes it`, async (t) => {
@@ -77,15 +84,17 @@ for (const [tier, open] of Object.entries(TIERS)) {
   });
 }
 
-test('redis: values use the documented key and a 16-byte header before the raw body', async (t) => {
+test('redis: values use the documented key and a 24-byte header before the raw body', async (t) => {
   const redis = await startRedis(t);
   const client = createRedisClient({ url: redis.url, prefix: 'p:', command_timeout_ms: 1000 }, 'contract-test');
   t.after(() => client.disconnect());
   await new Promise((resolve) => client.once('ready', resolve));
   await new RedisStore(client, 'p:').set('/v1/users/1', entry('{"id":"1"}'), 60_000);
   const raw = await client.getBuffer('p:c:/v1/users/1');
-  assert.equal(raw?.length, 16 + 10);
-  assert.equal(raw?.subarray(16).toString(), '{"id":"1"}');
+  assert.equal(raw?.length, 24 + 10);
+  assert.equal(raw?.subarray(24).toString(), '{"id":"1"}');
+  // Format version 2: the one with purge generations.
+  assert.equal(raw?.readUInt8(0), 2);
   const pttl = await client.pttl('p:c:/v1/users/1');
   assert.ok(pttl > 59_000 && pttl <= 60_000, `PX retention, got ${pttl}`);
 });

@@ -31,7 +31,8 @@ test('requests, durations, upstream exchanges, coalescing and cache size are exp
   assert.equal(sample(text, 'perch_request_duration_seconds_count{route="user",cache="hit"}'), 1);
   assert.equal(sample(text, 'perch_upstream_requests_total{upstream="demo",route="user",outcome="ok"}'), 1);
   assert.equal(sample(text, 'perch_upstream_duration_seconds_count{upstream="demo",route="user"}'), 1);
-  assert.equal(sample(text, 'perch_cache_entries{tier="memory"}'), 1);
+  // The user, and the same user under its username (cross-population).
+  assert.equal(sample(text, 'perch_cache_entries{tier="memory"}'), 2);
   assert.ok((sample(text, 'perch_cache_bytes{tier="memory"}') ?? 0) > 0);
   assert.ok(sample(text, 'process_cpu_seconds_total') !== undefined, 'default process metrics');
   // The scrape itself is not an API request.

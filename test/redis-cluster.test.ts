@@ -70,7 +70,8 @@ test('cluster: entries stored by one instance, spread over several nodes, are Re
   assert.equal(upstream.requests.length, PATHS.length);
 
   // The entries really are sharded: several nodes hold some, and together they hold all.
-  const byNode = await keysByNode(cluster, 't:c:*');
+  // By id only: each user is also stored under its username (cross-population).
+  const byNode = await keysByNode(cluster, 't:c:/v1/users/[0-9]*');
   assert.equal(byNode.flat().length, PATHS.length, JSON.stringify(byNode));
   assert.ok(byNode.filter((keys) => keys.length > 0).length >= 2, `entries on one node only: ${JSON.stringify(byNode)}`);
 
@@ -103,10 +104,19 @@ test('cluster: 2 instances x 20 concurrent identical misses make exactly 1 upstr
   const results = await Promise.all(responses);
   assert.equal(upstream.requests.length, 1);
   assert.ok(results.every((r) => r.status === 200 && r.text === results[0]!.text));
-  const statuses = results.map((r) => r.headers.get('cache-status'));
-  assert.equal(statuses.filter((s) => s === 'perch; fwd=miss; stored').length, 1, JSON.stringify(statuses));
-  assert.equal(statuses.filter((s) => s === 'perch; fwd=miss; collapsed; stored').length, 19, JSON.stringify(statuses));
-  assert.equal(statuses.filter((s) => s === 'perch; fwd=miss; collapsed; detail=redis').length, 20, JSON.stringify(statuses));
+  const statuses = results.map((r) => r.headers.get('cache-status') ?? '');
+  // Which path each request took depends on scheduling (the rate limit itself is a Redis round
+  // trip here, so a request may first look at the cache after the entry exists); what must hold
+  // is that exactly one request fetched (a fetch is what `stored` without `collapsed` reports)
+  // and that the other instance never fetched: it waited on the lease or found the entry.
+  const hit = /^perch; hit; ttl=\d+(; detail=redis)?$/;
+  const groups = [statuses.slice(0, 20), statuses.slice(20)];
+  const holder = groups.findIndex((group) => group.includes('perch; fwd=miss; stored'));
+  assert.notEqual(holder, -1, JSON.stringify(statuses));
+  const [fetched, waited] = [groups[holder]!, groups[1 - holder]!];
+  assert.equal(fetched.filter((s) => s === 'perch; fwd=miss; stored').length, 1, JSON.stringify(fetched));
+  assert.ok(fetched.every((s) => s === 'perch; fwd=miss; stored' || s === 'perch; fwd=miss; collapsed; stored' || hit.test(s)), JSON.stringify(fetched));
+  assert.ok(waited.every((s) => s === 'perch; fwd=miss; collapsed; detail=redis' || hit.test(s)), JSON.stringify(waited));
   // The holder freed its lease (a one-key EVAL routed to the lease's node; release is not awaited).
   let locks: string[] = [];
   for (let i = 0; i < 100; i++) {
@@ -124,7 +134,8 @@ test('cluster: with one node killed, every request is still answered 200, from m
   const b = await startShared(t, cluster, upstream, clock, DEAD_NODE_COMMAND_TIMEOUT_MS);
   const bodies = new Map<string, string>();
   for (const path of PATHS) bodies.set(path, (await a.request(path)).text);
-  const byNode = await keysByNode(cluster, 't:c:*');
+  // By id only: each user is also stored under its username (cross-population).
+  const byNode = await keysByNode(cluster, 't:c:/v1/users/[0-9]*');
   const victim = byNode.findIndex((keys) => keys.length > 0);
   const lost = new Set(byNode[victim]!.map((key) => key.slice('t:c:'.length)));
   assert.ok([...lost].every((path) => PATHS.includes(path)), JSON.stringify(byNode));

@@ -1,3 +1,5 @@
+import type { Generation } from './generations.js';
+
 /**
  * One cached response: the exact bytes perch sends, with what it needs to tell the client how
  * old they are. Only 200s and upstream 404s are ever stored.
@@ -9,6 +11,8 @@ export interface CacheEntry {
   readonly storedAt: number;
   /** Freshness lifetime (ms) from `storedAt`. */
   readonly ttlMs: number;
+  /** The purge generations in force when its fetch started; older than known is absent. */
+  readonly generation: Generation;
 }
 
 export function isFresh(entry: CacheEntry, now: number): boolean {

@@ -43,6 +43,19 @@ export class MemoryStore implements CacheStore {
     this.#lru.delete(key);
   }
 
+  /**
+   * Deletes every entry whose key matches. Walks all keys: it serves purges, which are rare and
+   * operator-driven, so an index kept up to date on every store would cost more than it saves.
+   */
+  deleteWhere(match: (key: string) => boolean): void {
+    // Collected first: deleting while lru-cache's iterator walks its list would skip entries.
+    for (const key of [...this.#lru.keys()].filter(match)) this.#lru.delete(key);
+  }
+
+  clear(): void {
+    this.#lru.clear();
+  }
+
   size(): { entries: number; bytes: number } {
     return { entries: this.#lru.size, bytes: this.#lru.calculatedSize };
   }

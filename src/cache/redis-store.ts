@@ -3,16 +3,23 @@ import { ownedBytes, type CacheEntry } from './entry.js';
 import type { CacheStore } from './store.js';
 
 /**
- * Layout of a stored value: a fixed 16-byte header, then the response bytes untouched. A binary
+ * Layout of a stored value: a fixed 24-byte header, then the response bytes untouched. A binary
  * header rather than JSON keeps bodies byte-exact (no UTF-8 round trip) and costs no parsing.
  *   0  u8   format version (a changed layout must not be misread by an older instance)
  *   1  u8   reserved
  *   2  u16  status
  *   4  f64  storedAt (ms since the epoch)
  *   12 u32  ttlMs (the largest TTL, 7 days, fits)
+ *   16 u32  generation.all   (purge counters; 4 billion purges of one scope are out of reach)
+ *   20 u32  generation.scope
+ * The generations travel in the value rather than in the key (`<gen>|<path>`): one key per path
+ * means the first write after a purge replaces the purged value instead of leaving it as
+ * unreachable garbage until its PX ends (after `all`, the whole cache twice over), the
+ * cross-instance lease stays per path, and an instance that has not yet heard of a purge still
+ * finds the entries written after it. Version 1 (no generations) reads as a miss.
  */
-const FORMAT_VERSION = 1;
-const HEADER_BYTES = 16;
+const FORMAT_VERSION = 2;
+const HEADER_BYTES = 24;
 
 export function encodeEntry(entry: CacheEntry): Buffer {
   const value = Buffer.allocUnsafe(HEADER_BYTES + entry.body.length);
@@ -21,6 +28,8 @@ export function encodeEntry(entry: CacheEntry): Buffer {
   value.writeUInt16BE(entry.status, 2);
   value.writeDoubleBE(entry.storedAt, 4);
   value.writeUInt32BE(entry.ttlMs, 12);
+  value.writeUInt32BE(entry.generation.all, 16);
+  value.writeUInt32BE(entry.generation.scope, 20);
   entry.body.copy(value, HEADER_BYTES);
   return value;
 }
@@ -34,6 +43,8 @@ export function decodeEntry(value: Buffer): CacheEntry | undefined {
     status,
     storedAt: value.readDoubleBE(4),
     ttlMs: value.readUInt32BE(12),
+    generation: { all: value.readUInt32BE(16), scope: value.readUInt32BE(20) },
+    // A copy, so the entry does not pin whatever larger buffer the reply was parsed from.
     body: ownedBytes([value.subarray(HEADER_BYTES)], value.length - HEADER_BYTES),
   };
 }

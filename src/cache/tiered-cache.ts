@@ -2,13 +2,16 @@ import type { Clock } from '../clock.js';
 import type { BreakerState } from '../redis/breaker.js';
 import type { GuardedRedis, RedisCallStats } from '../redis/guarded-redis.js';
 import { isFresh, type CacheEntry } from './entry.js';
+import type { Generations, PurgeTarget } from './generations.js';
 import type { MemoryStore } from './memory-store.js';
+import type { PurgeSync } from './purge-sync.js';
 import type { RedisStore } from './redis-store.js';
 
 export interface TieredCacheOptions {
   readonly memory: MemoryStore;
   /** The shared tier; absent: memory only. */
-  readonly redis?: { readonly guard: GuardedRedis; readonly store: RedisStore };
+  readonly redis?: { readonly guard: GuardedRedis; readonly store: RedisStore; readonly purges: PurgeSync };
+  readonly generations: Generations;
   readonly clock: Clock;
   /** How long past its TTL an entry is kept to serve stale (while revalidating, or on error). */
   readonly staleMs: number;
@@ -27,12 +30,15 @@ export interface Found {
  */
 export class TieredCache {
   readonly memory: MemoryStore;
+  /** Stamps fetches and filters purged entries (see generations.ts). */
+  readonly generations: Generations;
   readonly #redis: TieredCacheOptions['redis'];
   readonly #clock: Clock;
   readonly #staleMs: number;
 
   constructor(options: TieredCacheOptions) {
     this.memory = options.memory;
+    this.generations = options.generations;
     this.#redis = options.redis;
     this.#clock = options.clock;
     this.#staleMs = options.staleMs;
@@ -67,7 +73,9 @@ export class TieredCache {
     const redis = this.#redis;
     if (redis === undefined) return undefined;
     const entry = await redis.guard.run('get', () => redis.store.get(key));
-    const found = this.#classify(entry);
+    // Checked after the await, against the generations known now: a purge observed while the
+    // read was in flight still applies to its result.
+    const found = entry !== undefined && this.generations.accepts(key, entry.generation) ? this.#classify(entry) : undefined;
     if (found !== undefined) {
       const left = this.#retainUntil(found.entry) - this.#clock.now();
       if (left > 0) this.memory.set(key, found.entry, left);
@@ -75,15 +83,37 @@ export class TieredCache {
     return found;
   }
 
-  /** Writes both tiers; resolves once Redis has the entry or gave up (never rejects). */
-  async store(key: string, entry: CacheEntry): Promise<void> {
+  /**
+   * Writes both tiers; resolves once Redis has the entry or gave up (never rejects). False when
+   * a purge of the key's scope was observed since the entry's fetch started: the response may
+   * predate the purge, so it is not stored.
+   */
+  async store(key: string, entry: CacheEntry): Promise<boolean> {
+    if (!this.generations.accepts(key, entry.generation)) return false;
     const retainMs = entry.ttlMs + this.#staleMs;
     this.memory.set(key, entry, retainMs);
     const redis = this.#redis;
     if (redis !== undefined) await redis.guard.run('set', () => redis.store.set(key, entry, retainMs));
+    return true;
+  }
+
+  /**
+   * Purges `target` on every instance. With Redis, false when Redis could not count it: then
+   * only this instance's memory entries are dropped, and the other instances keep theirs.
+   */
+  async purge(target: PurgeTarget): Promise<boolean> {
+    const redis = this.#redis;
+    if (redis === undefined) {
+      this.generations.bump(target);
+      return true;
+    }
+    if (await redis.purges.purge(target)) return true;
+    this.generations.drop([target]);
+    return false;
   }
 
   async close(): Promise<void> {
+    this.#redis?.purges.close();
     await this.#redis?.guard.close();
   }
 

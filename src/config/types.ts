@@ -8,6 +8,8 @@ import type { EndpointName } from '../endpoints.js';
 export interface Config {
   readonly server: ServerConfig;
   readonly auth: AuthConfig;
+  /** Operator access to `POST /admin/purge`. Absent: that route does not exist (404). */
+  readonly admin?: AdminConfig;
   readonly rate_limits: Readonly<Record<string, RateLimitPlan>>;
   /**
    * Redis for the shared token buckets when it should differ from `cache.redis`. Absent: the
@@ -70,6 +72,17 @@ export interface ApiKeyConfig {
    */
   readonly sha256: string;
 }
+
+export interface AdminConfig {
+  /**
+   * Keys allowed to purge the cache, at least one. Separate from `auth.keys`: a client key is
+   * refused on the admin route and an admin key on the API. No secret may be both.
+   */
+  readonly keys: readonly AdminKeyConfig[];
+}
+
+/** An admin key: like a client key, with the same rules for `id`, `key` and `sha256`, and no plan. */
+export type AdminKeyConfig = Omit<ApiKeyConfig, 'plan'>;
 
 export interface RateLimitPlan {
   /** Bucket size: requests allowed at once from a full bucket. Positive integer. */

@@ -1,6 +1,5 @@
-import { createHash } from 'node:crypto';
 import { ENDPOINT_NAMES, type EndpointName } from '../endpoints.js';
-import type { ApiKeyConfig, CacheConfig, Config, LogConfig, MetricsConfig, RateLimitPlan, UpstreamConfig } from './types.js';
+import type { CacheConfig, Config, LogConfig, MetricsConfig, RateLimitPlan, UpstreamConfig } from './types.js';
 import {
   NAME_PATTERN,
   Problems,
@@ -14,14 +13,15 @@ import {
   readSection,
   readString,
 } from './schema-helpers.js';
+import { validateAdmin, validateKeys, type SecretsSeen } from './validate-keys.js';
 import { validateRedis } from './validate-redis.js';
 import { validateServer } from './validate-server.js';
 import { validateUpstreams } from './validate-upstreams.js';
 
-const TOP_LEVEL_KEYS = ['server', 'auth', 'rate_limits', 'rate_limits_redis', 'upstreams', 'routes', 'cache', 'metrics', 'log'];
+const TOP_LEVEL_KEYS = ['server', 'auth', 'admin', 'rate_limits', 'rate_limits_redis', 'upstreams', 'routes', 'cache', 'metrics', 'log'];
 
-/** Paths perch answers without a key besides metrics; see src/server/public-routes.ts. */
-const PUBLIC_PATHS = ['/healthz', '/readyz', '/openapi.json'];
+/** Paths perch answers itself besides metrics; see src/server/public-routes.ts and src/admin/purge.ts. */
+const RESERVED_PATHS = ['/healthz', '/readyz', '/openapi.json', '/admin/purge'];
 
 const LOG_LEVELS: readonly LogConfig['level'][] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
@@ -50,11 +50,13 @@ export function validateConfig(raw: unknown): { config: Config } | { problems: s
 
   const rate_limits = validateRateLimits(problems, field(raw, 'rate_limits'));
   const upstreams = validateUpstreams(problems, field(raw, 'upstreams'));
+  const secrets: SecretsSeen = new Map();
   const config: Config = {
     server: validateServer(problems, readSection(problems, raw, 'server', '')),
     // References are checked only against a usable section: a missing, broken or empty
     // `rate_limits` is already reported, and repeating that for every key would bury the report.
-    auth: { keys: validateKeys(problems, field(raw, 'auth'), usable(rate_limits)) },
+    auth: { keys: validateKeys(problems, field(raw, 'auth'), usable(rate_limits), secrets) },
+    ...optional('admin', validateAdmin(problems, field(raw, 'admin'), secrets)),
     rate_limits,
     ...optional('rate_limits_redis', validateRedis(problems, field(raw, 'rate_limits_redis'), 'rate_limits_redis')),
     upstreams,
@@ -100,89 +102,6 @@ function validateRateLimits(problems: Problems, raw: unknown): Record<string, Ra
       ];
     }),
   );
-}
-
-const KEY_FIELDS = ['id', 'key', 'sha256', 'plan'];
-
-/**
- * Client keys. A literal `key` is replaced by its SHA-256 so the secret does not stay in memory
- * longer than start-up; messages about keys name paths only, never the secret.
- */
-function validateKeys(problems: Problems, authRaw: unknown, plans: Record<string, RateLimitPlan> | undefined): ApiKeyConfig[] {
-  if (authRaw === undefined) {
-    problems.add('auth', 'is required (auth.keys lists the client keys)');
-    return [];
-  }
-  if (!isMapping(authRaw)) {
-    problems.add('auth', 'must be a mapping');
-    return [];
-  }
-  checkKeys(problems, authRaw, 'auth', ['keys']);
-  const raw = field(authRaw, 'keys');
-  if (!Array.isArray(raw) || raw.length === 0) {
-    problems.add('auth.keys', raw === undefined ? 'is required (at least one key)' : 'must be a non-empty list');
-    return [];
-  }
-  const idsSeen = new Map<string, string>();
-  const digestsSeen = new Map<string, string>();
-  return raw.map((entry: unknown, i): ApiKeyConfig => {
-    const path = indexPath('auth.keys', i);
-    if (!isMapping(entry)) {
-      problems.add(path, 'must be a mapping with id, plan and key or sha256');
-      return { id: '', plan: '', sha256: '' };
-    }
-    checkKeys(problems, entry, path, KEY_FIELDS);
-
-    const id = readString(problems, entry, 'id', path);
-    if (id !== undefined) {
-      if (!NAME_PATTERN.test(id)) problems.add(childPath(path, 'id'), 'must match [A-Za-z0-9_.-]{1,64}');
-      const earlier = idsSeen.get(id);
-      if (earlier !== undefined) problems.add(childPath(path, 'id'), `repeats the id of ${earlier} (${JSON.stringify(id)})`);
-      else idsSeen.set(id, path);
-    }
-
-    const plan = readString(problems, entry, 'plan', path);
-    if (plan !== undefined && plans !== undefined && !Object.hasOwn(plans, plan)) {
-      problems.add(childPath(path, 'plan'), `names no entry of rate_limits (${JSON.stringify(plan)})`);
-    }
-
-    const secret = readSecret(problems, entry, path);
-    if (secret !== undefined) {
-      const earlier = digestsSeen.get(secret.digest);
-      if (earlier !== undefined) problems.add(secret.path, `has the same secret as ${earlier}`);
-      else digestsSeen.set(secret.digest, path);
-    }
-    return { id: id ?? '', plan: plan ?? '', sha256: secret?.digest ?? '' };
-  });
-}
-
-function readSecret(problems: Problems, entry: Record<string, unknown>, path: string): { digest: string; path: string } | undefined {
-  const hasKey = field(entry, 'key') !== undefined;
-  const hasDigest = field(entry, 'sha256') !== undefined;
-  if (hasKey === hasDigest) {
-    problems.add(path, hasKey ? 'set either key or sha256, not both' : 'needs key or sha256');
-    return undefined;
-  }
-  if (hasKey) {
-    const at = childPath(path, 'key');
-    const key = field(entry, 'key');
-    if (typeof key !== 'string') {
-      problems.add(at, 'must be a string');
-      return undefined;
-    }
-    if (key.length < 16) {
-      problems.add(at, 'must be at least 16 characters (a shorter secret is guessable)');
-      return undefined;
-    }
-    return { digest: createHash('sha256').update(key).digest('hex'), path: at };
-  }
-  const at = childPath(path, 'sha256');
-  const digest = field(entry, 'sha256');
-  if (typeof digest !== 'string' || !/^[0-9a-fA-F]{64}$/.test(digest)) {
-    problems.add(at, 'must be 64 hex digits (a SHA-256 digest)');
-    return undefined;
-  }
-  return { digest: digest.toLowerCase(), path: at };
 }
 
 /** Every endpoint not listed falls back to the first upstream, so a one-upstream file needs no routes. */
@@ -254,7 +173,7 @@ function validateMetrics(problems: Problems, raw: Record<string, unknown>): Metr
   if (!path.startsWith('/')) problems.add('metrics.path', 'must start with "/"');
   // The API lives under /v1/; a metrics path there would shadow an endpoint.
   else if (path.startsWith('/v1/')) problems.add('metrics.path', 'must not start with "/v1/" (the API uses that prefix)');
-  else if (PUBLIC_PATHS.includes(path)) problems.add('metrics.path', `must not be ${path} (perch serves that itself)`);
+  else if (RESERVED_PATHS.includes(path)) problems.add('metrics.path', `must not be ${path} (perch serves that itself)`);
   if (field(raw, 'port') === undefined) return { path };
   // Port 0 is allowed for tests: it picks a free port like server.port 0.
   const port = readInteger(problems, raw, 'port', 'metrics', { min: 0, max: 65535, fallback: 0, expected: 'an integer from 0 to 65535' });

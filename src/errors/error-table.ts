@@ -13,6 +13,7 @@ export const ERROR_TABLE = {
   E431: { status: 431, message: 'Request header fields too large' },
   E500: { status: 500, message: 'Internal server error' },
   E502: { status: 502, message: 'Upstream error' },
+  E503: { status: 503, message: 'Service unavailable' },
   E504: { status: 504, message: 'Upstream timeout' },
 } as const satisfies Record<string, { status: number; message: string }>;
 

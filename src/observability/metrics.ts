@@ -32,6 +32,7 @@ export class PerchMetrics {
   readonly #upstreamDuration: Histogram;
   readonly #coalesced: Counter;
   readonly #rateLimited: Counter;
+  readonly #purges: Counter;
   readonly #children = new Map<string, { inc(): void } | { observe(value: number): void }>();
   readonly #cacheTiers = new Map<CacheTier, Pick<CacheStore, 'size'>>();
 
@@ -75,6 +76,12 @@ export class PerchMetrics {
       name: 'perch_rate_limited_total',
       help: "Requests refused with 429 by perch's own rate limits, by client key id.",
       labelNames: ['key_id'],
+      registers,
+    });
+    this.#purges = new Counter({
+      name: 'perch_purges_total',
+      help: 'Cache purges requested on this instance (POST /admin/purge), by endpoint name or "all".',
+      labelNames: ['scope'],
       registers,
     });
     const tiers = this.#cacheTiers;
@@ -144,6 +151,11 @@ export class PerchMetrics {
   /** A request perch refused with 429 under the client's plan. `keyId` is the configured id, never the secret. */
   rateLimited(keyId: string): void {
     this.#counter(this.#rateLimited, `l|${keyId}`, { key_id: keyId }).inc();
+  }
+
+  /** A purge this instance carried out for an admin request. */
+  purge(scope: EndpointName | 'all'): void {
+    this.#counter(this.#purges, `p|${scope}`, { scope }).inc();
   }
 
   /** The Prometheus text exposition and its content type. */

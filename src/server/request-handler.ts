@@ -1,7 +1,9 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Client, KeyStore } from '../auth/key-store.js';
 import { Coalescer } from '../cache/coalescer.js';
+import { counterpart } from '../cache/cross-population.js';
 import { ageSeconds, type CacheEntry } from '../cache/entry.js';
+import type { Generation } from '../cache/generations.js';
 import { forwardCacheStatus, hitCacheStatus, staleCacheStatus, type CacheOutcome } from '../cache/outcome.js';
 import type { SharedFlights } from '../cache/shared-flight.js';
 import type { TieredCache } from '../cache/tiered-cache.js';
@@ -199,14 +201,24 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
 
   async function fetchUpstream(request: EndpointRequest): Promise<Fetched> {
     const ttl = deps.config.cache.ttl_seconds;
+    // Before the fetch: a purge observed while it runs must keep its response out of the cache.
+    const stamp = cache.generations.stamp(request.path);
     const { result, upstream, ms } = await deps.upstreams.fetch(request);
     const via = { upstream, upstreamMs: ms };
     switch (result.kind) {
-      case 'ok':
-        return { status: 200, body: result.body, stored: await store(request, 200, result.body, ttl[request.endpoint]), ...via };
+      case 'ok': {
+        // Cross-population: a user's 200 also answers the other user route.
+        const twin = counterpart(request.endpoint, result.body);
+        const twinGeneration = twin && cache.generations.restamp(stamp, twin.path);
+        const [stored] = await Promise.all([
+          store(request, 200, result.body, ttl[request.endpoint], stamp),
+          twin && twinGeneration && store(twin, 200, result.body, ttl[twin.endpoint], twinGeneration),
+        ]);
+        return { status: 200, body: result.body, stored, ...via };
+      }
       case 'not_found': {
         const body = NOT_FOUND_BODIES[notFoundSubject(request.endpoint)];
-        return { status: 404, body, stored: await store(request, 404, body, ttl.not_found), ...via };
+        return { status: 404, body, stored: await store(request, 404, body, ttl.not_found, stamp), ...via };
       }
       case 'bad_request':
         return { ...errorFetched('E400', INVALID.cursor), ...via };
@@ -230,10 +242,9 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     return found?.fresh === true ? found.entry : undefined;
   }
 
-  async function store(request: EndpointRequest, status: 200 | 404, body: Buffer, ttlSeconds: number): Promise<boolean> {
+  async function store(request: EndpointRequest, status: 200 | 404, body: Buffer, ttlSeconds: number, generation: Generation): Promise<boolean> {
     if (ttlSeconds <= 0) return false;
-    await cache.store(request.path, { status, body, storedAt: clock.now(), ttlMs: ttlSeconds * 1000 });
-    return true;
+    return cache.store(request.path, { status, body, storedAt: clock.now(), ttlMs: ttlSeconds * 1000, generation });
   }
 
   function fail(x: Exchange, code: ErrorCode, headers: HeaderList = [], message?: string): undefined {

@@ -10,6 +10,8 @@ import { UpstreamSet } from '../upstream/upstream-set.js';
 export interface RuntimeSnapshot {
   readonly config: Config;
   readonly keys: KeyStore;
+  /** Keys of `POST /admin/purge`; absent without an `admin` section. */
+  readonly adminKeys?: KeyStore;
   readonly upstreams: UpstreamSet;
 }
 
@@ -78,6 +80,9 @@ export class Runtime {
     return {
       config,
       keys: new KeyStore(config.auth.keys),
+      // A store of their own, so neither kind of key opens the other's door. KeyStore carries a
+      // plan for client keys; admin keys have none, and nothing reads it.
+      ...(config.admin === undefined ? {} : { adminKeys: new KeyStore(config.admin.keys.map((key) => ({ ...key, plan: '' }))) }),
       upstreams: new UpstreamSet(config, { clock, dispatchers, metrics }),
     };
   }

@@ -1,6 +1,7 @@
 import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Dispatcher } from 'undici';
+import { PurgeRoute } from '../admin/purge.js';
 import { createCache } from '../cache/create-cache.js';
 import type { TieredCache } from '../cache/tiered-cache.js';
 import { systemClock, type Clock } from '../clock.js';
@@ -77,7 +78,8 @@ export function createPerch(options: PerchOptions): Perch {
     );
     routes.addReadinessCheck('redis', () => tiers.cache.redisState === 'closed');
   }
-  const server = createApiServer(config.server, (req, res) => routes.handle(req, res) || handler(req, res), logger);
+  const purge = new PurgeRoute({ runtime, cache: tiers.cache, metrics, logger });
+  const server = createApiServer(config.server, (req, res) => routes.handle(req, res) || purge.handle(req, res) || handler(req, res), logger);
   const metricsServer = config.metrics.port === undefined ? undefined : createMetricsServer((req, res) => routes.handleMetricsOnly(req, res));
 
   return {

@@ -1,0 +1,147 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Logger } from '../observability/logger.js';
+import type { GuardedRedis } from '../redis/guarded-redis.js';
+import type { RedisClient } from '../redis/redis-client.js';
+import type { Generations, PurgeTarget } from './generations.js';
+
+/**
+ * Counts a purge and announces it in one atomic step, so no instance can see the new count
+ * without the message having been sent. The counters live in one hash, `all` beside one field
+ * per purged scope, rather than one key each: a resync must read every scope counter, and one
+ * hash is one HGETALL where separate keys would need KEYS or SCAN; one key also needs no hash
+ * tags in a cluster. An `all` purge resets the scope fields (entries of the old epoch are all
+ * invalid anyway), which bounds the hash to the scopes purged since the last `all`.
+ * KEYS[1] hash, ARGV[1] channel, ARGV[2] target. Returns { all, scope generation }.
+ */
+const PURGE_SCRIPT = `
+if ARGV[2] == 'all' then
+  local all = redis.call('HINCRBY', KEYS[1], 'all', 1)
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'all', all)
+  redis.call('PUBLISH', ARGV[1], tostring(all))
+  return { all, 0 }
+end
+local generation = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
+local all = tonumber(redis.call('HGET', KEYS[1], 'all') or '0')
+redis.call('PUBLISH', ARGV[1], all .. ' ' .. generation .. ' ' .. ARGV[2])
+return { all, generation }`;
+
+/**
+ * Resync after (re)connecting: raises the hash to this instance's view (field by field, the
+ * higher wins) and returns the merged hash. Raising matters when Redis lost its data (a restart
+ * without persistence): counters that went back to zero would make the next purge's count one
+ * that instances already hold, and they would ignore it.
+ * KEYS[1] hash, ARGV[1] this instance's `all`, then scope and generation pairs.
+ */
+const MERGE_SCRIPT = `
+local all = tonumber(redis.call('HGET', KEYS[1], 'all') or '0')
+local mine = tonumber(ARGV[1])
+if mine > all then
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'all', ARGV[1])
+  all = mine
+end
+if mine == all then
+  for i = 2, #ARGV, 2 do
+    if tonumber(ARGV[i + 1]) > tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0') then
+      redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+    end
+  end
+end
+return redis.call('HGETALL', KEYS[1])`;
+
+const MAX_RESYNC_DELAY_MS = 1000;
+
+export interface PurgeSyncOptions {
+  /** The cache's connection: purges go through its breaker like every other command. */
+  readonly guard: GuardedRedis;
+  /** A connection of its own: a subscribed connection can send nothing but (un)subscribes. */
+  readonly subscriber: RedisClient;
+  readonly prefix: string;
+  readonly generations: Generations;
+  readonly logger: Logger;
+}
+
+/**
+ * Purges across instances: the purging instance counts the purge in Redis and publishes it on
+ * `<prefix>purge`; every instance subscribes and raises its generations, which drops its memory
+ * entries of the scope and makes older Redis entries misses. Nothing is read from Redis on a
+ * request's path. A message missed while the subscriber was disconnected is made up for on
+ * reconnection, which re-reads the counters before the instance relies on messages again.
+ */
+export class PurgeSync {
+  readonly #guard: GuardedRedis;
+  readonly #subscriber: RedisClient;
+  readonly #key: string;
+  readonly #channel: string;
+  readonly #generations: Generations;
+  readonly #logger: Logger;
+  /** Which (re)connection is resyncing: a newer one supersedes a resync still retrying. */
+  #connection = 0;
+  #closed = false;
+
+  constructor(options: PurgeSyncOptions) {
+    this.#guard = options.guard;
+    this.#subscriber = options.subscriber;
+    this.#key = `${options.prefix}gen`;
+    this.#channel = `${options.prefix}purge`;
+    this.#generations = options.generations;
+    this.#logger = options.logger;
+    // Connection errors show as a missing subscription, made up for on reconnection; this only
+    // keeps ioredis from reporting them as unhandled 'error' events.
+    this.#subscriber.on('error', () => {});
+    this.#subscriber.on('ready', () => void this.#resync(++this.#connection));
+    this.#subscriber.on('message', (channel: string, message: string) => {
+      if (channel === this.#channel) this.#onMessage(message);
+    });
+  }
+
+  /** Counts `target` in Redis and announces it; false when Redis could not take it. */
+  async purge(target: PurgeTarget): Promise<boolean> {
+    const reply = await this.#guard.run('purge', (client) => client.eval(PURGE_SCRIPT, 1, this.#key, this.#channel, target));
+    if (!Array.isArray(reply)) return false;
+    const [all, generation] = reply.map(Number) as [number, number];
+    this.#apply(all, target === 'all' ? [] : [[target, generation]], 'request');
+    return true;
+  }
+
+  close(): void {
+    this.#closed = true;
+    this.#subscriber.disconnect();
+  }
+
+  #onMessage(message: string): void {
+    const [all, generation, scope] = message.split(' ');
+    const counts = [Number(all), Number(generation ?? 0)];
+    if (!counts.every(Number.isSafeInteger)) return;
+    this.#apply(counts[0]!, scope === undefined ? [] : [[scope, counts[1]!]], 'message');
+  }
+
+  /**
+   * Subscribes first, then reads the counters, so a purge lands in one or the other. Retries
+   * until both succeed (the cache connection may come up after this one), directly on the
+   * client: this runs beside requests, not on their path, which is what the breaker protects.
+   */
+  async #resync(connection: number): Promise<void> {
+    for (let delay = 100; !this.#closed && connection === this.#connection; delay = Math.min(delay * 2, MAX_RESYNC_DELAY_MS)) {
+      try {
+        await this.#subscriber.subscribe(this.#channel);
+        const reply = (await this.#guard.client.eval(MERGE_SCRIPT, 1, this.#key, ...this.#generations.snapshot())) as string[];
+        const fields = new Map<string, number>();
+        for (let i = 0; i + 1 < reply.length; i += 2) fields.set(reply[i]!, Number(reply[i + 1]));
+        const all = fields.get('all') ?? 0;
+        fields.delete('all');
+        this.#apply(all, fields, 'resync');
+        return;
+      } catch {
+        await sleep(delay, undefined, { ref: false });
+      }
+    }
+  }
+
+  #apply(all: number, scopes: Iterable<readonly [string, number]>, via: 'request' | 'message' | 'resync'): void {
+    const purged = this.#generations.observe(all, scopes);
+    // A new instance's first resync raises every scope purged since the last `all`: keep the line short.
+    if (purged.length > 0) this.#logger.info({ purged: purged.slice(0, 10), count: purged.length, via }, 'cache purge applied');
+  }
+}

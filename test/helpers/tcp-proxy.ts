@@ -1,0 +1,53 @@
+import { createConnection, createServer, type AddressInfo, type Socket } from 'node:net';
+import type { TestContext } from 'node:test';
+
+export interface TcpProxy {
+  /** `redis://` URL of the proxy, for a client that should reach the target through it. */
+  readonly url: string;
+  /** Drops every connection through the proxy and refuses new ones: a network partition. */
+  cut(): void;
+  /** Lets connections through again. */
+  restore(): void;
+}
+
+/**
+ * A TCP relay on 127.0.0.1 in front of `targetPort`, for partitioning one client from a server
+ * that others still reach. Closed, connections included, when the test ends.
+ */
+export async function startTcpProxy(t: TestContext, targetPort: number): Promise<TcpProxy> {
+  const open = new Set<Socket>();
+  let cut = false;
+  const server = createServer((client) => {
+    if (cut) {
+      client.destroy();
+      return;
+    }
+    const upstream = createConnection({ host: '127.0.0.1', port: targetPort });
+    for (const socket of [client, upstream]) {
+      open.add(socket);
+      socket.on('close', () => open.delete(socket));
+      socket.on('error', () => {});
+    }
+    client.pipe(upstream).pipe(client);
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => client.destroy());
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const dropAll = () => {
+    for (const socket of open) socket.destroy();
+  };
+  t.after(() => {
+    dropAll();
+    return new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  return {
+    url: `redis://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    cut: () => {
+      cut = true;
+      dropAll();
+    },
+    restore: () => {
+      cut = false;
+    },
+  };
+}

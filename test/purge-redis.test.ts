@@ -1,0 +1,163 @@
+import assert from 'node:assert/strict';
+import { test, type TestContext } from 'node:test';
+import { createRedisClient, type RedisClient } from '../src/redis/redis-client.js';
+import { ADMIN_YAML, outcome, purge } from './helpers/admin.js';
+import { ManualClock } from './helpers/clock.js';
+import { startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
+import { startRedis, type TestRedis } from './helpers/redis-server.js';
+import { startTcpProxy } from './helpers/tcp-proxy.js';
+import { sampleProvider, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
+
+/** Two entries of the scope `tweets:1` (two cursors), then entries of neighbouring scopes. */
+const PURGED = ['/v1/users/1/tweets', '/v1/users/1/tweets?cursor=abc'];
+const KEPT = ['/v1/users/1', '/v1/users/1/replies', '/v1/users/12/tweets', '/v1/tweets/1'];
+
+interface Shared {
+  readonly clock: ManualClock;
+  readonly redis: TestRedis;
+  readonly upstream: TestUpstream;
+  /** A plain client on the same Redis, for what the test checks there. */
+  readonly client: RedisClient;
+  start(url?: string): Promise<RunningPerch>;
+}
+
+async function setup(t: TestContext): Promise<Shared> {
+  const clock = new ManualClock();
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const client = createRedisClient({ url: redis.url, prefix: 't:', command_timeout_ms: 1000 }, 'test');
+  client.on('error', () => {});
+  t.after(() => client.disconnect());
+  await new Promise((resolve) => client.once('ready', resolve));
+  const start = async (url = redis.url) => {
+    const yaml = testConfig(v1('main', upstream.url), `${ADMIN_YAML}\ncache: { stale_seconds: 0, redis: { url: "${url}", prefix: "t:" } }`);
+    const perch = await startPerch(t, yaml, { clock });
+    await waitFor(() => perch.cache.redisConnected === true);
+    return perch;
+  };
+  return { clock, redis, upstream, client, start };
+}
+
+/** Waits until `count` connections are subscribed to the purge channel. */
+async function subscribers(client: RedisClient, count: number): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const [, n] = (await client.call('PUBSUB', 'NUMSUB', 't:purge')) as [string, number];
+    if (n === count) return;
+    if (Date.now() > deadline) throw new Error(`${n} purge subscribers, expected ${count}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+function applied(perch: RunningPerch, via: string): () => boolean {
+  return () => perch.logs.lines().some((l) => l.msg === 'cache purge applied' && l.via === via);
+}
+
+/** Fills `a` from upstream and `b` from Redis, so both tiers of both instances hold every path. */
+async function fill(a: RunningPerch, b: RunningPerch): Promise<void> {
+  for (const path of [...PURGED, ...KEPT]) {
+    assert.equal(await outcome(a, path), 'miss', path);
+    assert.equal(await outcome(b, path), 'redis', path);
+  }
+}
+
+async function assertKept(perches: RunningPerch[]): Promise<void> {
+  for (const perch of perches) for (const path of KEPT) assert.equal(await outcome(perch, path), 'memory', path);
+}
+
+test('a purge on one instance is a miss on both, in both tiers; other scopes still hit', async (t) => {
+  const { upstream, client, start } = await setup(t);
+  const [a, b] = [await start(), await start()];
+  await subscribers(client, 2);
+  await fill(a, b);
+  const res = await purge(a, { endpoint: 'tweets', user_id: '1' });
+  assert.deepEqual(res.json(), { purged: { endpoint: 'tweets', user_id: '1' } });
+  await waitFor(applied(b, 'message'));
+  // Each instance misses its own path: its memory copy is gone and Redis's is of an older generation.
+  assert.equal(await outcome(a, PURGED[0]!), 'miss');
+  assert.equal(await outcome(b, PURGED[1]!), 'miss');
+  // What each stored after the purge is current for the other.
+  assert.equal(await outcome(a, PURGED[1]!), 'redis');
+  assert.equal(await outcome(b, PURGED[0]!), 'redis');
+  await assertKept([a, b]);
+  assert.equal(upstream.requests.length, PURGED.length + KEPT.length + 2);
+});
+
+test('{"all":true} empties both tiers for every instance', async (t) => {
+  const { upstream, client, start } = await setup(t);
+  const [a, b] = [await start(), await start()];
+  await subscribers(client, 2);
+  await fill(a, b);
+  assert.equal((await purge(b, { all: true })).status, 200);
+  await waitFor(applied(a, 'message'));
+  const paths = [...PURGED, ...KEPT];
+  for (const [i, path] of paths.entries()) assert.equal(await outcome(i % 2 === 0 ? a : b, path), 'miss', path);
+  for (const [i, path] of paths.entries()) assert.equal(await outcome(i % 2 === 0 ? b : a, path), 'redis', path);
+  assert.equal(upstream.requests.length, paths.length * 2);
+});
+
+test('a purge missed while partitioned from Redis is honoured once the instance reconnects', async (t) => {
+  const { redis, client, start } = await setup(t);
+  const proxy = await startTcpProxy(t, redis.port);
+  const [a, b] = [await start(), await start(proxy.url)];
+  await subscribers(client, 2);
+  await fill(a, b);
+  proxy.cut();
+  await waitFor(() => b.cache.redisConnected === false);
+  await subscribers(client, 1);
+  assert.equal((await purge(a, { endpoint: 'tweets', user_id: '1' })).status, 200);
+  // Cut off, b cannot know yet: its memory copy is what it serves (documented).
+  assert.equal(await outcome(b, PURGED[0]!), 'memory');
+
+  proxy.restore();
+  await waitFor(applied(b, 'resync'), 10_000);
+  for (const path of PURGED) assert.equal(await outcome(b, path), 'miss', path);
+  await assertKept([b]);
+});
+
+test('an instance started after a purge does not serve the purged entries Redis still holds', async (t) => {
+  const { client, start } = await setup(t);
+  const a = await start();
+  for (const path of [...PURGED, ...KEPT]) await a.request(path);
+  assert.equal((await purge(a, { endpoint: 'tweets', user_id: '1' })).status, 200);
+  const c = await start();
+  await waitFor(applied(c, 'resync'));
+  for (const path of PURGED) assert.equal(await outcome(c, path), 'miss', path);
+  for (const path of KEPT) assert.equal(await outcome(c, path), 'redis', path);
+  assert.equal(await client.hget('t:gen', 'tweets:1'), '1');
+});
+
+test('counters Redis lost (restart without persistence) are restored by the instances, so later purges still count', async (t) => {
+  const { redis, client, start } = await setup(t);
+  const [a, b] = [await start(), await start()];
+  await subscribers(client, 2);
+  await purge(a, { endpoint: 'tweets', user_id: '1' });
+  await waitFor(applied(b, 'message'));
+  await redis.restart();
+  // Each instance writes back what it knows when it resubscribes.
+  await waitFor(() => a.cache.redisConnected === true && b.cache.redisConnected === true, 10_000);
+  await subscribers(client, 2);
+  for (let i = 0; i < 500 && (await client.hget('t:gen', 'tweets:1')) !== '1'; i++) await new Promise((r) => setTimeout(r, 10));
+  assert.equal(await client.hget('t:gen', 'tweets:1'), '1');
+
+  await fill(a, b);
+  assert.equal((await purge(a, { endpoint: 'tweets', user_id: '1' })).status, 200);
+  await waitFor(() => b.logs.lines().filter((l) => l.msg === 'cache purge applied' && l.via === 'message').length === 2);
+  assert.equal(await outcome(b, PURGED[0]!), 'miss');
+});
+
+test('with Redis down, a purge is 503 E503: this instance drops its own copies, and says the rest did not', async (t) => {
+  const { redis, upstream, start } = await setup(t);
+  const a = await start();
+  for (const path of [...PURGED, ...KEPT]) await a.request(path);
+  await redis.kill();
+  const res = await purge(a, { endpoint: 'tweets', user_id: '1' });
+  assert.equal(res.status, 503);
+  assert.deepEqual(res.json(), {
+    error: { code: 'E503', message: "Service unavailable: Redis did not record the purge; only this instance's memory was purged, retry" },
+  });
+  assert.equal(await outcome(a, PURGED[0]!), 'miss');
+  await assertKept([a]);
+  assert.equal(upstream.requests.length, PURGED.length + KEPT.length + 1);
+  assert.ok(!/perch_purges_total\{/.test(await (await fetch(`${a.url}/metrics`)).text()));
+});
