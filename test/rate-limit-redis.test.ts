@@ -114,4 +114,12 @@ test('Redis frozen: every request still answers quickly, decided by the insuranc
   }
   assert.equal((await perch.request('/v1/users/1')).status, 429);
   assert.ok(perch.logs.text().includes('falling back to per-instance memory buckets'));
+  // Five timeouts in a row open the limiter's breaker: later requests do not ask Redis at all.
+  const breakerLog = (msg: string) => perch.logs.lines().some((l) => l.msg === msg && l.dependency === 'rate-limit redis');
+  assert.ok(breakerLog('circuit breaker open: skipping dependency'));
+  redis.thaw();
+  // After the cool-down one probe reaches Redis again, and its success closes the breaker.
+  await new Promise((resolve) => setTimeout(resolve, 2100));
+  assert.equal((await perch.request('/v1/users/2')).status, 200);
+  assert.ok(breakerLog('circuit breaker closed: dependency is back'));
 });

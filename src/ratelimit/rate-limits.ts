@@ -2,6 +2,7 @@ import type { Client } from '../auth/key-store.js';
 import type { Clock } from '../clock.js';
 import type { Config, RateLimitPlan } from '../config/types.js';
 import type { Logger } from '../observability/logger.js';
+import { Breaker } from '../redis/breaker.js';
 import { createRedisClient, type RedisClient } from '../redis/redis-client.js';
 import { InsuredLimiter } from './insured-limiter.js';
 import { MemoryLimiter } from './memory-limiter.js';
@@ -33,7 +34,8 @@ export class RateLimits {
     // once, and without a listener ioredis would print each one as unhandled.
     this.#client.on('error', (error: Error) => deps.logger.debug({ reason: error.message }, 'rate limits: Redis connection error'));
     const shared = new RedisLimiter(this.#client, { prefix: redis.prefix, commandTimeoutMs: redis.command_timeout_ms });
-    this.#limiter = new InsuredLimiter(shared, memory, deps.logger);
+    const breaker = new Breaker({ clock: deps.clock, logger: deps.logger, name: 'rate-limit redis' });
+    this.#limiter = new InsuredLimiter(shared, memory, breaker, deps.logger);
   }
 
   /**
