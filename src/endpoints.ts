@@ -39,8 +39,9 @@ export const PATH_PARAMETER: Readonly<Record<EndpointName, keyof PathParams>> = 
 };
 
 /**
- * The path parameters' rules, for input that is not a request path (purge bodies, upstream
- * bodies): a value that would not pass as a path parameter must not become part of a cache key.
+ * The path parameters' rules, in one place: the router applies them to request paths, and purge
+ * bodies and upstream bodies go through the same ones, because a value that would not pass as a
+ * path parameter must not become part of a cache key.
  */
 export const PARAMETER_PATTERNS: Readonly<Record<keyof PathParams, RegExp>> = {
   user_id: /^[0-9]{1,20}$/,

@@ -1,4 +1,4 @@
-import type { EndpointName, EndpointRequest, PathParams } from '../endpoints.js';
+import { PARAMETER_PATTERNS, type EndpointName, type EndpointRequest, type PathParams } from '../endpoints.js';
 
 /** Result of matching a request target against the six routes. */
 export type RouteMatch =
@@ -6,8 +6,6 @@ export type RouteMatch =
   | { readonly kind: 'invalid'; readonly endpoint: EndpointName; readonly message: string }
   | { readonly kind: 'unknown' };
 
-const ID_PATTERN = /^[0-9]{1,20}$/;
-const USERNAME_PATTERN = /^[A-Za-z0-9_]{1,50}$/;
 const COUNT_PATTERN = /^[0-9]{1,3}$/;
 // C0 controls and DEL: a cursor is opaque, but these never belong in one and break log lines.
 const CONTROL_CHARACTER = /[\u0000-\u001f\u007f]/;
@@ -52,14 +50,14 @@ const UNKNOWN: RouteMatch = { kind: 'unknown' };
 
 function single(endpoint: 'user' | 'tweet', name: 'user_id' | 'tweet_id', raw: string): RouteMatch {
   const id = decodeSegment(raw);
-  if (id === undefined || !ID_PATTERN.test(id)) return invalid(endpoint, INVALID[name]);
+  if (id === undefined || !PARAMETER_PATTERNS[name].test(id)) return invalid(endpoint, INVALID[name]);
   const base = endpoint === 'tweet' ? '/v1/tweets/' : '/v1/users/';
   return ok(endpoint, { [name]: id }, base + id);
 }
 
 function byUsername(raw: string): RouteMatch {
   const name = decodeSegment(raw);
-  if (name === undefined || !USERNAME_PATTERN.test(name)) return invalid('user_by_username', INVALID.username);
+  if (name === undefined || !PARAMETER_PATTERNS.username.test(name)) return invalid('user_by_username', INVALID.username);
   // Usernames are case-insensitive at the provider, so one cache entry serves every spelling.
   const username = name.toLowerCase();
   return ok('user_by_username', { username }, `/v1/users/by/username/${username}`);
@@ -67,7 +65,7 @@ function byUsername(raw: string): RouteMatch {
 
 function listing(endpoint: 'tweets' | 'replies' | 'following', raw: string, query: string): RouteMatch {
   const id = decodeSegment(raw);
-  if (id === undefined || !ID_PATTERN.test(id)) return invalid(endpoint, INVALID.user_id);
+  if (id === undefined || !PARAMETER_PATTERNS.user_id.test(id)) return invalid(endpoint, INVALID.user_id);
   const search = query === '' ? undefined : new URLSearchParams(query);
   const cursors = search?.getAll('cursor') ?? [];
   if (cursors.length > 1) return invalid(endpoint, INVALID.repeated('cursor'));
