@@ -2,6 +2,7 @@
 // `npm run profile` from bench/: one hit-path run against perch started with `node --cpu-prof`,
 // then the top self-time functions. The profile is kept in bench/profiles/ (git-ignored
 // *.cpuprofile). BENCH_DURATION_S (10), BENCH_CONNECTIONS (64), BENCH_PROFILE_TOP (10).
+// BENCH_PROFILE_MISS=1 profiles the miss path instead: the page is not cached (ttl 0).
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { dirname, join, resolve } from 'node:path';
@@ -19,6 +20,7 @@ const repoRoot = process.env.BENCH_PERCH_ROOT ? resolve(process.env.BENCH_PERCH_
 const durationS = Number(process.env.BENCH_DURATION_S ?? 10);
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 64);
 const topN = Number(process.env.BENCH_PROFILE_TOP ?? 10);
+const missPath = process.env.BENCH_PROFILE_MISS === '1';
 
 installCleanup();
 const perchMain = join(repoRoot, 'dist', 'src', 'main.js');
@@ -35,7 +37,7 @@ const window = { fromUs: 0, toUs: 0 };
 const upstream = await startUpstream(ctx);
 let perch;
 try {
-  perch = await startPerch(ctx, 'perch-profile', { upstreamUrl: upstream.url, ttl: { tweets: 3600 } }, { cpuProfileDir: profileDir });
+  perch = await startPerch(ctx, 'perch-profile', { upstreamUrl: upstream.url, ttl: { tweets: missPath ? 0 : 3600 } }, { cpuProfileDir: profileDir });
 } catch (error) {
   await upstream.proc.stop();
   rmSync(profileDir, { recursive: true, force: true }); // a profile of a failed start is noise
@@ -44,11 +46,11 @@ try {
 try {
   await get(perch.url, HIT_PATH);
   const hit = await get(perch.url, HIT_PATH);
-  if (!String(hit.headers['cache-status']).startsWith('perch; hit')) throw new Error('not a hit');
+  if (!String(hit.headers['cache-status']).startsWith(missPath ? 'perch; fwd=miss' : 'perch; hit')) throw new Error(`unexpected cache-status ${hit.headers['cache-status']}`);
   window.fromUs = Number(process.hrtime.bigint() / 1000n);
   const result = await cannon({ url: perch.url, path: HIT_PATH, headers: { 'x-api-key': BENCH_KEY }, connections, durationS, serverPids: [perch.proc.pid] });
   window.toUs = Number(process.hrtime.bigint() / 1000n);
-  console.log(`profiled hit run (${durationS} s, ${connections} conns, --cpu-prof on): ${result.rps.toFixed(0)} req/s, p50 ${result.p50.toFixed(2)} ms, p99 ${result.p99.toFixed(2)} ms, server CPU ${(result.serverCpu * 100).toFixed(0)}%`);
+  console.log(`profiled ${missPath ? 'miss' : 'hit'} run (${durationS} s, ${connections} conns, --cpu-prof on): ${result.rps.toFixed(0)} req/s, p50 ${result.p50.toFixed(2)} ms, p99 ${result.p99.toFixed(2)} ms, server CPU ${(result.serverCpu * 100).toFixed(0)}%`);
 } finally {
   await perch.proc.stop(15_000); // SIGTERM: perch exits cleanly and V8 writes the profile
   await upstream.proc.stop();

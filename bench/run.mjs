@@ -6,7 +6,7 @@
 //   BENCH_WARMUP_S (2)           warm-up run per target before measuring (capped at the duration)
 //   BENCH_CONNECTIONS (64)       hit-path connections, also the cache-fill concurrency
 //   BENCH_MISS_CONNECTIONS (1)   miss-path connections (see scenarios/miss.mjs)
-//   BENCH_ONLY                   comma list of scenarios: hit,miss,economy,memory
+//   BENCH_ONLY                   comma list of scenarios: hit,miss,economy,memory,redis-frozen
 //   BENCH_ECONOMY_REQUESTS (100000), BENCH_ECONOMY_KEYS (10000), BENCH_ZIPF_S (1.1), BENCH_SEED (6)
 //   BENCH_MEMORY_ENTRIES (100000), BENCH_MEMORY_MAX_BYTES (134217728)
 //   BENCH_SERVER_CPU (0), BENCH_CLIENT_CPU (1)
@@ -25,6 +25,7 @@ import { economyScenario } from './scenarios/economy.mjs';
 import { hitScenario } from './scenarios/hit.mjs';
 import { memoryScenario } from './scenarios/memory.mjs';
 import { missScenario } from './scenarios/miss.mjs';
+import { redisFrozenScenario } from './scenarios/redis-frozen.mjs';
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 // BENCH_PERCH_ROOT: another checkout/build of perch to measure (default: this repository).
@@ -40,7 +41,7 @@ function num(name, fallback, { min = 0, integer = false } = {}) {
   return value;
 }
 
-const SCENARIOS = { hit: hitScenario, miss: missScenario, economy: economyScenario, memory: memoryScenario };
+const SCENARIOS = { hit: hitScenario, miss: missScenario, economy: economyScenario, memory: memoryScenario, 'redis-frozen': redisFrozenScenario };
 
 function readOptions() {
   const durationS = num('BENCH_DURATION_S', 10, { min: 1 });
