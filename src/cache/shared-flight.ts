@@ -44,11 +44,13 @@ export class SharedFlights {
     const token = randomUUID();
     const deadline = performance.now() + leaseMs + POLL_MS;
     for (;;) {
+      const release = () => this.#release(lockKey, token);
       const taken = await this.#guard.run('lease', (client) => client.set(lockKey, token, 'PX', leaseMs, 'NX'));
-      // undefined: Redis is unavailable, so nobody can be waited for.
-      if (taken === undefined) return { kind: 'fetch', release: () => {} };
+      // undefined: Redis did not answer, so nobody can be waited for. The SET may still run
+      // later (a stalled Redis works through its queue when it resumes); releasing with our token
+      // afterwards, on the same connection and so in order, keeps it from orphaning the key.
+      if (taken === undefined) return { kind: 'fetch', release };
       if (taken === 'OK') {
-        const release = () => void this.#release(lockKey, token);
         // Another instance may have stored and released between our last look and the lease,
         // even on the first attempt: one more read costs far less than a second upstream call.
         const found = await this.#cache.remote(key);
@@ -63,8 +65,8 @@ export class SharedFlights {
     }
   }
 
-  async #release(lockKey: string, token: string): Promise<void> {
-    await this.#guard.run('release', (client) => client.eval(RELEASE_SCRIPT, 1, lockKey, token));
+  #release(lockKey: string, token: string): void {
+    this.#guard.fire('release', (client) => client.eval(RELEASE_SCRIPT, 1, lockKey, token));
   }
 }
 

@@ -57,6 +57,20 @@ export class GuardedRedis {
     }
   }
 
+  /**
+   * Sends a command without waiting for it and without asking the breaker: for cleanups of
+   * commands already sent (a lease release must follow its SET even while the breaker is open,
+   * or a SET that Redis runs late would outlive everyone). Never blocks a request; a failure is
+   * counted and logged but does not move the breaker.
+   */
+  fire(op: string, call: (client: RedisClient) => Promise<unknown>): void {
+    if (!this.#everReady) return;
+    call(this.client).catch((error: unknown) => {
+      this.stats.errors++;
+      this.#logger.debug({ op, reason: error instanceof Error ? error.message : String(error) }, 'redis cleanup failed');
+    });
+  }
+
   async close(): Promise<void> {
     // quit() waits for a reply a dead Redis never sends; disconnect() does not.
     this.client.disconnect();
