@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { startPerch, testConfig, v1 } from './helpers/perch.js';
+import { sampleUser } from './helpers/sample-bodies.js';
 import { json, refusedPort, sampleProvider, startUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
 
 const body = (code: string, message: string) => ({ error: { message, code } });
@@ -74,19 +75,19 @@ test('upstream 401 and 403 are 502 E502, logged as an error, never a client 401'
     assertNoLeak(res);
     const errors = perch.logs.lines().filter((l) => l.level === 50);
     assert.equal(errors.length, 1);
-    assert.equal(errors[0]!.msg, 'upstream rejected perch credentials');
+    assert.equal(errors[0]!.msg, 'provider rejected a credential: out of the rotation until a reload');
     assert.equal(errors[0]!.upstream, 'main');
   }
 });
 
-test('a 2xx body that is not JSON, lacks the envelope, or is too large is 502 E502', async (t) => {
+test('a 2xx body that is not JSON, fails the schema, or is too large is 502 E502', async (t) => {
   const behaviours: UpstreamBehaviour[] = [
     json(200, `<html>${LEAK}</html>`),
     json(200, ''),
     json(200, { unexpected: LEAK }),
     json(200, { data: { entries: 'not-an-array' } }),
     json(200, { id: 123, username: 'numeric id' }),
-    json(200, { id: '1', username: 'x', padding: 'y'.repeat(4096) }),
+    json(200, { ...sampleUser('1', 'x'), padding: 'y'.repeat(4096) }),
   ];
   for (const behaviour of behaviours) {
     const { perch } = await setup(t, behaviour, 'max_body_bytes: 2048');
@@ -167,7 +168,7 @@ test('errors are never cached: the next request goes upstream again', async (t) 
   assert.equal(upstream.requests.length, 2);
 });
 
-test('routes fail over in order on 5xx, refused connections and timeouts, not on 404 or 429', async (t) => {
+test('routes fail over in order on 5xx, refused connections, timeouts and 429, not on 404', async (t) => {
   const port = await refusedPort();
   const broken = await startUpstream(t, json(503, {}));
   const slow = await startUpstream(t, () => {});
@@ -189,9 +190,11 @@ test('routes fail over in order on 5xx, refused connections and timeouts, not on
   assert.equal(user.status, 200);
   assert.equal(perch.logs.lines().find((l) => l.msg === 'request')!.upstream, 'good');
   assert.equal((await perch.request('/v1/tweets/1')).status, 404);
-  assert.equal((await perch.request('/v1/users/1/tweets')).status, 429);
+  // Another provider has a quota of its own: a 429 moves on like a failure.
+  assert.equal((await perch.request('/v1/users/1/tweets')).status, 200);
   assert.equal((await perch.request('/v1/users/1/replies')).status, 502);
-  assert.equal(good.requests.length, 1);
+  assert.equal(good.requests.length, 2);
+  assert.equal(limited.requests.length, 1);
   // Endpoints without a route go to the first upstream.
   assert.equal((await perch.request('/v1/users/1/following')).status, 502);
 });

@@ -1,16 +1,21 @@
-import type { UpstreamConfig, V1UpstreamConfig } from './types.js';
+import type { CredentialConfig, UpstreamConfig, V1UpstreamConfig } from './types.js';
+import { keysUnder } from './config-keys.js';
+import { validateHttpSettings, validateUrl } from './validate-http-settings.js';
+import { validateProtection } from './validate-protection.js';
+import { validateXV2 } from './validate-x-v2.js';
 import {
   UPSTREAM_NAME_PATTERN,
   Problems,
   checkKeys,
   childPath,
   field,
+  indexPath,
   isMapping,
-  readInteger,
+  NAME_PATTERN,
   readString,
 } from './schema-helpers.js';
 
-const V1_KEYS = ['kind', 'url', 'headers', 'timeout_ms', 'connections', 'max_body_bytes', 'retry_after_default_seconds'];
+const V1_KEYS = keysUnder('upstreams.<name>', 'v1');
 
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
@@ -21,7 +26,8 @@ const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 const FORBIDDEN_HEADERS = new Set(['host', 'connection', 'content-length', 'transfer-encoding', 'keep-alive', 'upgrade', 'te', 'trailer']);
 
 /** `upstreams`: required, at least one entry. Output keeps file order. */
-export function validateUpstreams(problems: Problems, raw: unknown): Record<string, UpstreamConfig> {
+/** `passThrough`: `auth.mode: upstream`, where calls carry the client's key (an x_v2 token is optional). */
+export function validateUpstreams(problems: Problems, raw: unknown, passThrough: boolean): Record<string, UpstreamConfig> {
   const path = 'upstreams';
   if (raw === undefined) {
     problems.add(path, 'is required (at least one upstream)');
@@ -33,10 +39,10 @@ export function validateUpstreams(problems: Problems, raw: unknown): Record<stri
   }
   const names = Object.keys(raw);
   if (names.length === 0) problems.add(path, 'must define at least one upstream');
-  return Object.fromEntries(names.map((name) => [name, validateUpstream(problems, raw[name], name)]));
+  return Object.fromEntries(names.map((name) => [name, validateUpstream(problems, raw[name], name, passThrough)]));
 }
 
-function validateUpstream(problems: Problems, raw: unknown, name: string): UpstreamConfig {
+function validateUpstream(problems: Problems, raw: unknown, name: string, passThrough: boolean): UpstreamConfig {
   const path = childPath('upstreams', name);
   if (!UPSTREAM_NAME_PATTERN.test(name)) problems.add(path, 'upstream name must match [A-Za-z][A-Za-z0-9_.-]{0,63}');
   if (!isMapping(raw)) {
@@ -45,11 +51,12 @@ function validateUpstream(problems: Problems, raw: unknown, name: string): Upstr
   }
   const kind = field(raw, 'kind');
   if (kind === 'fixture') {
-    checkKeys(problems, raw, path, ['kind'], 'a fixture upstream takes no other keys');
+    checkKeys(problems, raw, path, keysUnder('upstreams.<name>', 'fixture'), 'a fixture upstream takes no other keys');
     return { kind: 'fixture' };
   }
   if (kind === 'v1') return validateV1(problems, raw, path);
-  problems.add(childPath(path, 'kind'), kind === undefined ? 'is required (v1 or fixture)' : 'must be "v1" or "fixture"');
+  if (kind === 'x_v2') return validateXV2(problems, raw, path, passThrough);
+  problems.add(childPath(path, 'kind'), kind === undefined ? 'is required (v1, x_v2 or fixture)' : 'must be "v1", "x_v2" or "fixture"');
   return { kind: 'fixture' };
 }
 
@@ -57,58 +64,42 @@ function validateV1(problems: Problems, raw: Record<string, unknown>, path: stri
   checkKeys(problems, raw, path, V1_KEYS);
   return {
     kind: 'v1',
+    ...validateProtection(problems, raw, path),
     url: validateUrl(problems, raw, path),
-    headers: validateHeaders(problems, field(raw, 'headers'), childPath(path, 'headers')),
-    timeout_ms: readInteger(problems, raw, 'timeout_ms', path, {
-      min: 1,
-      max: 600_000,
-      fallback: 5000,
-      expected: 'an integer from 1 to 600000',
-    }),
-    connections: readInteger(problems, raw, 'connections', path, {
-      min: 1,
-      max: 1024,
-      fallback: 64,
-      expected: 'an integer from 1 to 1024',
-    }),
-    max_body_bytes: readInteger(problems, raw, 'max_body_bytes', path, {
-      min: 1024,
-      max: 1_073_741_824,
-      fallback: 8_388_608,
-      expected: 'an integer from 1024 to 1073741824',
-    }),
-    retry_after_default_seconds: readInteger(problems, raw, 'retry_after_default_seconds', path, {
-      min: 1,
-      max: 86_400,
-      fallback: 60,
-      expected: 'an integer from 1 to 86400',
-    }),
+    credentials: validateCredentials(problems, raw, path),
+    ...validateHttpSettings(problems, raw, path),
   };
 }
 
 /**
- * The URL is an origin: request paths are appended to it verbatim, so a path prefix, query or
- * fragment would silently produce wrong upstream requests. Messages do not echo the URL because
- * it may carry credentials.
+ * `credentials: [{ id, headers }]`, or the `headers` shorthand for a single credential `default`.
+ * Both at once would leave it unclear which headers a call sends, so that is a problem.
  */
-function validateUrl(problems: Problems, raw: Record<string, unknown>, path: string): string {
-  const text = readString(problems, raw, 'url', path);
-  if (text === undefined) return '';
-  const at = childPath(path, 'url');
-  let url: URL;
-  try {
-    url = new URL(text);
-  } catch {
-    problems.add(at, 'is not a valid absolute URL');
-    return '';
+function validateCredentials(problems: Problems, raw: Record<string, unknown>, path: string): CredentialConfig[] {
+  const list = field(raw, 'credentials');
+  const headers = field(raw, 'headers');
+  if (list === undefined) return [{ id: 'default', headers: validateHeaders(problems, headers, childPath(path, 'headers')) }];
+  const at = childPath(path, 'credentials');
+  if (headers !== undefined) problems.add(childPath(path, 'headers'), 'give either headers or credentials, not both');
+  if (!Array.isArray(list) || list.length === 0) {
+    problems.add(at, 'must be a non-empty list of { id, headers }');
+    return [{ id: 'default', headers: {} }];
   }
-  if (url.protocol !== 'http:' && url.protocol !== 'https:') problems.add(at, 'must use http: or https:');
-  if (url.username !== '' || url.password !== '') {
-    problems.add(at, 'must not contain a username or password (put credentials in headers)');
-  }
-  if (url.pathname !== '/') problems.add(at, 'must not have a path (give the origin only)');
-  if (url.search !== '' || url.hash !== '') problems.add(at, 'must not have a query or fragment');
-  return url.origin;
+  const ids = new Set<string>();
+  return list.map((entry: unknown, i): CredentialConfig => {
+    const here = indexPath(at, i);
+    if (!isMapping(entry)) {
+      problems.add(here, 'must be a mapping with id and headers');
+      return { id: `#${i}`, headers: {} };
+    }
+    checkKeys(problems, entry, here, keysUnder('upstreams.<name>.credentials[]', 'v1'));
+    const id = readString(problems, entry, 'id', here) ?? `#${i}`;
+    if (!NAME_PATTERN.test(id)) problems.add(childPath(here, 'id'), 'must match [A-Za-z0-9_.-]{1,64}');
+    else if (ids.has(id)) problems.add(childPath(here, 'id'), `repeats ${JSON.stringify(id)}`);
+    ids.add(id);
+    if (field(entry, 'headers') === undefined) problems.add(childPath(here, 'headers'), 'is required');
+    return { id, headers: validateHeaders(problems, field(entry, 'headers'), childPath(here, 'headers')) };
+  });
 }
 
 /** Header values are usually provider keys, so messages about them name the path only. */

@@ -1,31 +1,33 @@
-/** Longest wait perch passes on; a provider asking for more is still retried within a day. */
-const MAX_RETRY_AFTER_SECONDS = 86_400;
+/** Longest wait perch honours; a provider asking for more is still asked again within a day. */
+export const MAX_RETRY_AFTER_SECONDS = 86_400;
 
 /**
- * Seconds a client should wait after an upstream 429, from the provider's `Retry-After`
- * (delay-seconds or HTTP-date, RFC 9110 10.2.3) or, failing that, `x-rate-limit-reset` (epoch
- * seconds, as the v1.1-era provider sends it). Always a whole number of at least 1, because the
- * interface promises clients a usable `Retry-After`.
+ * When the provider may be called again after it said "stop", on the clock: from its
+ * `Retry-After` (delay-seconds or HTTP-date, RFC 9110 10.2.3) or, failing that,
+ * `x-rate-limit-reset` (epoch seconds, as X's API sends it), else `fallbackSeconds` from now.
+ * At least one second and at most a day ahead, so a wrong header neither hammers the provider
+ * nor locks it out for good.
  */
-export function retryAfterSeconds(
+export function rateLimitUntil(
   retryAfter: string | undefined,
   rateLimitReset: string | undefined,
   nowMs: number,
   fallbackSeconds: number,
 ): number {
-  const seconds = parseRetryAfter(retryAfter, nowMs) ?? parseReset(rateLimitReset, nowMs) ?? fallbackSeconds;
-  return Math.min(MAX_RETRY_AFTER_SECONDS, Math.max(1, Math.ceil(seconds)));
+  const until = parseRetryAfter(retryAfter, nowMs) ?? parseReset(rateLimitReset) ?? nowMs + fallbackSeconds * 1000;
+  return Math.min(nowMs + MAX_RETRY_AFTER_SECONDS * 1000, Math.max(nowMs + 1000, until));
 }
 
 function parseRetryAfter(value: string | undefined, nowMs: number): number | undefined {
   if (value === undefined) return undefined;
   const trimmed = value.trim();
-  if (/^[0-9]+$/.test(trimmed)) return Number(trimmed);
+  if (/^[0-9]{1,10}$/.test(trimmed)) return nowMs + Number(trimmed) * 1000;
   const date = Date.parse(trimmed);
-  return Number.isNaN(date) ? undefined : (date - nowMs) / 1000;
+  return Number.isNaN(date) ? undefined : date;
 }
 
-function parseReset(value: string | undefined, nowMs: number): number | undefined {
+/** Epoch seconds to epoch ms; undefined unless the value is a plain integer. */
+export function parseReset(value: string | undefined): number | undefined {
   if (value === undefined || !/^[0-9]{1,12}$/.test(value.trim())) return undefined;
-  return Number(value.trim()) - nowMs / 1000;
+  return Number(value.trim()) * 1000;
 }

@@ -2,10 +2,13 @@ import type { Dispatcher } from 'undici';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config/types.js';
 import type { EndpointName, EndpointRequest } from '../endpoints.js';
+import type { Logger } from '../observability/logger.js';
 import type { PerchMetrics } from '../observability/metrics.js';
-import { createFixtureUpstream } from './fixture/fixture-upstream.js';
-import type { Upstream, UpstreamResult } from './upstream.js';
-import { createV1Upstream } from './v1-upstream.js';
+import type { Timers } from '../timers.js';
+import { buildUpstream, type BuiltUpstream, type UpstreamStatus } from './chain.js';
+import type { UpstreamEvents } from './events.js';
+import type { ProviderState } from './guard/provider-state.js';
+import type { Attempt, UpstreamResult } from './upstream.js';
 
 /** The answer that decided a request, with who gave it and how long the exchange took. */
 export interface RoutedResult {
@@ -16,71 +19,86 @@ export interface RoutedResult {
 
 export interface UpstreamSetOptions {
   readonly clock: Clock;
+  readonly timers: Timers;
+  readonly logger: Logger;
+  /** Cool-downs and call caps; outlives the set, so a reload keeps what the provider said. */
+  readonly state: ProviderState;
   /** Per-upstream dispatcher override, by upstream name (tests inject faults this way). */
   readonly dispatchers?: Readonly<Record<string, Dispatcher>>;
   /** Told about every exchange, failover attempts included. */
-  readonly metrics?: Pick<PerchMetrics, 'upstream'>;
+  readonly metrics?: Pick<PerchMetrics, 'upstream'> & UpstreamEvents;
 }
 
 /**
- * The configured upstreams and the per-endpoint order to try them in. A request moves to the
- * next upstream when the current one cannot answer at all (timeout, refused connection, 5xx,
- * unusable body, rejected credentials); an answer about the request itself (found, not found,
- * bad cursor, quota spent) is final, because another provider would say the same or spend quota.
+ * The configured upstreams and the per-endpoint order to try them in. Each upstream is a stack
+ * of layers (chain.ts); this class only walks a route. A request moves to the next upstream when
+ * the current one cannot answer it now (it failed, timed out, said "stop", or perch refused to
+ * call it); an answer about the request itself (found, not found, bad cursor) is final, because
+ * another provider would say the same.
  */
 export class UpstreamSet {
-  readonly #upstreams: ReadonlyMap<string, Upstream>;
+  readonly #upstreams: ReadonlyMap<string, BuiltUpstream>;
   readonly #routes: Config['routes'];
   readonly #metrics: UpstreamSetOptions['metrics'];
-  /** Upstreams whose latest exchange got no usable answer: what readiness reports. */
-  readonly #failing = new Set<string>();
+  readonly #logger: Logger;
+  readonly #deadlineMs: number;
   #inFlight = 0;
   #drained: (() => void) | undefined;
 
   constructor(config: Config, options: UpstreamSetOptions) {
-    const upstreams = new Map<string, Upstream>();
+    const upstreams = new Map<string, BuiltUpstream>();
     for (const [name, upstream] of Object.entries(config.upstreams)) {
-      upstreams.set(
-        name,
-        upstream.kind === 'fixture'
-          ? createFixtureUpstream(name)
-          : createV1Upstream(name, upstream, { clock: options.clock, dispatcher: options.dispatchers?.[name] }),
-      );
+      upstreams.set(name, buildUpstream(name, upstream, { ...options, dispatcher: options.dispatchers?.[name] }));
     }
     this.#upstreams = upstreams;
     this.#routes = config.routes;
     this.#metrics = options.metrics;
+    this.#logger = options.logger;
+    this.#deadlineMs = config.server.miss_deadline_ms;
   }
 
-  async fetch(request: EndpointRequest): Promise<RoutedResult> {
+  /** `clientKey`: pass-through auth, the client's own key as the credential of every call. */
+  async fetch(request: EndpointRequest, clientKey?: Attempt['clientKey']): Promise<RoutedResult> {
     this.#inFlight++;
+    const deadline = performance.now() + this.#deadlineMs;
     try {
-      let last: RoutedResult | undefined;
-      for (const name of this.#routes[request.endpoint]) {
-        const upstream = this.#upstreams.get(name)!;
+      const route = this.#routes[request.endpoint];
+      let decided: RoutedResult | undefined;
+      for (const [i, name] of route.entries()) {
         const started = performance.now();
-        const result = await upstream.fetch(request);
-        last = { result, upstream: name, ms: performance.now() - started };
-        this.#metrics?.upstream(name, request.endpoint, result, last.ms / 1000);
-        if (result.kind !== 'failed' && result.kind !== 'timeout') {
-          this.#failing.delete(name);
-          return last;
-        }
-        this.#failing.add(name);
+        const result = await this.#upstreams.get(name)!.call(clientKey === undefined ? { request, deadline } : { request, deadline, clientKey });
+        const routed = { result, upstream: name, ms: performance.now() - started };
+        if (result.kind !== 'refused') this.#metrics?.upstream(name, request.endpoint, result, routed.ms / 1000);
+        decided = better(decided, routed);
+        // A client's key the provider rejected is the client's answer: the next upstream would not
+        // take it either, and trying costs a call.
+        if (!movesOn(result) || (clientKey !== undefined && result.kind === 'failed' && result.failure === 'unauthorized')) return routed;
+        if (i < route.length - 1) this.#failover(name, request.endpoint, result, route[i + 1]!);
       }
       // Validation guarantees every route names at least one upstream.
-      return last!;
+      return decided!;
     } finally {
       if (--this.#inFlight === 0) this.#drained?.();
     }
   }
 
-  /**
-   * The upstreams of an endpoint's route whose latest exchange answered (or that have not been
-   * tried yet). Empty means the endpoint can only fail until one recovers.
-   */
+  #failover(name: string, endpoint: EndpointName, result: UpstreamResult, next: string): void {
+    const reason = reasonOf(result);
+    this.#metrics?.failover(name, endpoint, reason);
+    // A refusal repeats for every request while its stop lasts, and its start was logged once
+    // by the layer that decided it: per request it is debug, like the metric's detail.
+    const level = result.kind === 'refused' ? 'debug' : 'warn';
+    this.#logger[level]({ upstream: name, route: endpoint, reason, next }, 'upstream failover');
+  }
+
+  /** Per upstream, whether it can be called now and why not, for `/readyz` and `/status`. */
+  status(): Record<string, UpstreamStatus> {
+    return Object.fromEntries([...this.#upstreams].map(([name, upstream]) => [name, upstream.status()]));
+  }
+
+  /** The upstreams of an endpoint's route that perch would call now. */
   usable(endpoint: EndpointName): string[] {
-    return this.#routes[endpoint].filter((name) => !this.#failing.has(name));
+    return this.#routes[endpoint].filter((name) => this.#upstreams.get(name)!.status().state === 'ok');
   }
 
   /**
@@ -92,4 +110,36 @@ export class UpstreamSet {
     if (this.#inFlight > 0) await new Promise<void>((resolve) => (this.#drained = resolve));
     await Promise.all([...this.#upstreams.values()].map((u) => u.close()));
   }
+}
+
+function movesOn(result: UpstreamResult): boolean {
+  return result.kind === 'failed' || result.kind === 'timeout' || result.kind === 'rate_limited' || result.kind === 'refused';
+}
+
+/** A result kind, or the failure or refusal reason: the `reason` of failover logs and metrics. */
+export function reasonOf(result: UpstreamResult): string {
+  if (result.kind === 'failed') return result.failure;
+  if (result.kind === 'refused') return result.reason;
+  return result.kind;
+}
+
+/**
+ * Which of two results that could not serve the request to tell the client: a "wait" (429 with
+ * Retry-After) tells the client when to come back, so it beats a plain failure, and the shortest
+ * wait beats a longer one; otherwise the later attempt stands.
+ */
+function better(previous: RoutedResult | undefined, next: RoutedResult): RoutedResult {
+  if (previous === undefined) return next;
+  const a = waitSeconds(previous.result);
+  const b = waitSeconds(next.result);
+  if (a !== undefined && (b === undefined || a <= b)) return previous;
+  return next;
+}
+
+function waitSeconds(result: UpstreamResult): number | undefined {
+  if (result.kind === 'rate_limited') return result.retryAfterSeconds;
+  if (result.kind === 'refused' && (result.reason === 'cooling_down' || result.reason === 'usage_capped' || result.reason === 'over_cap')) {
+    return result.retryAfterSeconds;
+  }
+  return undefined;
 }

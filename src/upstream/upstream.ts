@@ -1,36 +1,117 @@
 import type { EndpointRequest } from '../endpoints.js';
 
 /**
- * What one upstream answered, already reduced to what perch acts on. Upstream bodies other
- * than a validated success never travel further than this: errors carry a reason for the log
- * and nothing the client will see.
+ * What the provider said about its own rate limit on this exchange (`x-rate-limit-*` or the IETF
+ * `RateLimit` fields): calls left in its window and when the window resets (epoch ms).
  */
-export type UpstreamResult =
-  /** 2xx with a JSON body of the endpoint's shape; `body` is the exact bytes received. */
+export interface ProviderLimit {
+  readonly remaining: number;
+  readonly resetAtMs: number;
+}
+
+/**
+ * Why perch did not call the provider at all. Closed, so logs, metrics and the client's answer
+ * are picked from one place:
+ * - `cooling_down`: the provider said "stop" (429, 503 with Retry-After, remaining at the reserve)
+ *   for every credential this request could use;
+ * - `usage_capped`: the provider's long quota (e.g. the monthly cap) is spent for every credential;
+ * - `over_cap`: perch's own cap on calls to this upstream is reached and the queue wait ran out;
+ * - `breaker_open`: the upstream keeps failing, so it is not called until its half-open probe;
+ * - `no_credential`: every credential was rejected (401/403) and left the rotation.
+ */
+export type RefusalReason = 'cooling_down' | 'usage_capped' | 'over_cap' | 'breaker_open' | 'no_credential';
+
+/** What made a 429-like answer: a plain 429, a 503 with Retry-After, or the spent usage cap. */
+export type RateLimitCause = 'status_429' | 'status_503' | 'usage_capped';
+
+/**
+ * What one upstream exchange produced, already reduced to what perch acts on. Upstream bodies
+ * other than a validated success never travel further than this: errors carry a reason for the
+ * log and nothing the client will see. `credential` names the credential the call used (never
+ * its secret) and `limit` what the provider reported about its window, for the layers above.
+ */
+export type UpstreamResult = (
+  /** 2xx with a JSON body of the endpoint's shape; `body` is the exact bytes received (for `x_v2`, the v1 body mapped from them). */
   | { readonly kind: 'ok'; readonly body: Buffer }
   /** The user or tweet does not exist (upstream 404). Cacheable. */
   | { readonly kind: 'not_found' }
   /** The upstream rejected the request's cursor (upstream 400 on a request with a cursor). */
   | { readonly kind: 'bad_request'; readonly reason: string }
-  /** Upstream 429: its quota is spent; `retryAfterSeconds` is whole seconds, at least 1. */
-  | { readonly kind: 'rate_limited'; readonly retryAfterSeconds: number }
-  /** Anything perch cannot serve: 5xx, refused or reset connection, bad body, 401/403. */
-  | { readonly kind: 'failed'; readonly failure: UpstreamFailure; readonly reason: string }
-  /** No complete answer within the upstream's `timeout_ms`. */
-  | { readonly kind: 'timeout'; readonly reason: string };
+  /**
+   * The provider said "stop": 429, a 503 with Retry-After, or its usage cap. `retryAfterSeconds`
+   * is whole seconds, at least 1; `untilMs` the same instant on the clock.
+   */
+  | { readonly kind: 'rate_limited'; readonly cause: RateLimitCause; readonly retryAfterSeconds: number; readonly untilMs: number }
+  /**
+   * Anything perch cannot serve: 5xx, refused or reset connection, bad body, 401/403. `status`
+   * is the provider's HTTP status when it sent one.
+   */
+  | { readonly kind: 'failed'; readonly failure: UpstreamFailure; readonly reason: string; readonly status?: number }
+  /** No complete answer within the upstream's `timeout_ms` (or what was left of the deadline). */
+  | { readonly kind: 'timeout'; readonly reason: string }
+  /** perch made no call: see `RefusalReason`. `retryAfterSeconds` is whole seconds, at least 1. */
+  | { readonly kind: 'refused'; readonly reason: RefusalReason; readonly retryAfterSeconds: number }
+) & { readonly credential?: string; readonly limit?: ProviderLimit };
 
 /**
  * Why an upstream exchange failed, a closed set so logs and metrics can count them.
  * `unauthorized` is the provider rejecting perch's own credential (401/403): an operator problem,
- * logged as an error, never reported to the client as an invalid key.
+ * logged as an error, never reported to the client as an invalid key. `bad_body` is a 2xx body
+ * that is not JSON or is too large; `invalid_body` is JSON that fails the endpoint's schema, kept
+ * apart because it usually means the provider changed its format, not that an exchange broke.
  */
-export type UpstreamFailure = 'status_5xx' | 'connection' | 'bad_body' | 'unauthorized' | 'unexpected_status';
+export type UpstreamFailure = 'status_5xx' | 'connection' | 'bad_body' | 'invalid_body' | 'unauthorized' | 'unexpected_status';
 
-export interface Upstream {
+/** One call down the layers of one upstream. Layers pass a modified copy, never mutate it. */
+export interface Attempt {
+  readonly request: EndpointRequest;
+  /** `performance.now()` by which every layer must be done: queue, retries and the exchange. */
+  readonly deadline: number;
+  /**
+   * Pass-through auth: the client's own key, sent in place of a configured credential, and the
+   * id that names it in logs and provider stops.
+   */
+  readonly clientKey?: { readonly id: string; readonly key: string };
+  /**
+   * Chosen by the guard, or set from `clientKey` before any layer runs; the provider call sends
+   * its headers.
+   */
+  readonly credential?: Credential;
+  /** Credentials this attempt must not use (the pool sets it when switching credentials). */
+  readonly avoid?: readonly string[];
+}
+
+/** A provider credential: the headers sent with a call, named by an id safe to log. */
+export interface Credential {
+  readonly id: string;
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+/** A call into the layers below. Never rejects: every failure is a result. */
+export type Call = (attempt: Attempt) => Promise<UpstreamResult>;
+
+/**
+ * One capability around the call below it, the way undici's interceptors compose: it receives
+ * the next call and returns a call of the same shape.
+ */
+export type Layer = (next: Call) => Call;
+
+/** `layers[0]` is the outermost: `compose([a, b], call)` is `a(b(call))`. */
+export function compose(layers: readonly Layer[], call: Call): Call {
+  return layers.reduceRight((next, layer) => layer(next), call);
+}
+
+/** The innermost layer of an upstream: the provider's own dialect over the wire. */
+export interface Provider {
   /** The name under `upstreams` in the config. */
   readonly name: string;
   /** Never rejects: every failure is a result. */
-  fetch(request: EndpointRequest): Promise<UpstreamResult>;
-  /** Releases connections; pending fetches settle. */
+  readonly call: Call;
+  /** Releases connections; pending calls settle. */
   close(): Promise<void>;
+}
+
+/** Whole seconds from `nowMs` to `untilMs`, at least 1: what a client's Retry-After says. */
+export function secondsUntil(untilMs: number, nowMs: number): number {
+  return Math.max(1, Math.ceil((untilMs - nowMs) / 1000));
 }

@@ -1,6 +1,8 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { TestContext } from 'node:test';
+import { SAMPLE_BODIES } from './sample-bodies.js';
+import { onCleanup } from './cleanup.js';
 
 export interface RecordedRequest {
   readonly method: string;
@@ -28,7 +30,7 @@ export async function startUpstream(t: TestContext, behaviour: UpstreamBehaviour
     upstream.behaviour(req, res);
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  t.after(() => {
+  onCleanup(t, () => {
     server.closeAllConnections();
     return new Promise<void>((resolve) => server.close(() => resolve()));
   });
@@ -53,15 +55,6 @@ export async function refusedPort(): Promise<number> {
   await new Promise<void>((resolve) => server.close(() => resolve()));
   return port;
 }
-
-/** Minimal bodies of each endpoint's shape, for upstreams that answer successfully. */
-export const SAMPLE_BODIES = {
-  user: { id: '123', username: 'Alice', name: 'Alice' },
-  tweet: { data: { id_str: '456', full_text: 'hello' } },
-  tweets: { data: { entries: [], cursor_bottom: 'b', has_more: false } },
-  replies: { data: [], meta: { result_count: 0 } },
-  following: { data: { users: [], cursor_bottom: 'b', cursor_top: 't', has_more: false } },
-} as const;
 
 /** Answers each path with the sample body of the endpoint it names. */
 export const sampleProvider: UpstreamBehaviour = (req, res) => {

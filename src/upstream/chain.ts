@@ -1,0 +1,101 @@
+import type { Dispatcher } from 'undici';
+import type { Clock } from '../clock.js';
+import type { UpstreamConfig } from '../config/types.js';
+import type { Logger } from '../observability/logger.js';
+import type { Timers } from '../timers.js';
+import { createBreaker } from './breaker.js';
+import { createCredentialPool } from './credential-pool.js';
+import { NO_EVENTS, type BreakerState, type CredentialState, type UpstreamEvents } from './events.js';
+import { createFixtureUpstream } from './fixture/fixture-upstream.js';
+import { createGuard } from './guard.js';
+import { ANY, type ProviderState, type StopState } from './guard/provider-state.js';
+import { forwardClientKey } from './client-key.js';
+import { createRetry } from './retry.js';
+import { compose, type Call } from './upstream.js';
+import { createV1Upstream } from './v1-upstream.js';
+import { createXV2Upstream } from './x-v2-upstream.js';
+
+/** Whether perch would call an upstream now, and if not, why. */
+export interface UpstreamStatus {
+  readonly state: 'ok' | StopState | 'no_credential';
+  /** When a stop ends (epoch ms), for `state` other than ok and no_credential. */
+  readonly untilMs?: number;
+  readonly breaker: BreakerState;
+  readonly credentials: Record<string, { state: CredentialState; untilMs?: number }>;
+}
+
+/** One configured upstream: its layers composed, how it stands, and how to release it. */
+export interface BuiltUpstream {
+  readonly call: Call;
+  status(): UpstreamStatus;
+  close(): Promise<void>;
+}
+
+export interface ChainOptions {
+  readonly clock: Clock;
+  readonly timers: Timers;
+  readonly logger: Logger;
+  readonly state: ProviderState;
+  readonly dispatcher?: Dispatcher;
+  readonly metrics?: UpstreamEvents;
+}
+
+/**
+ * The layers of an upstream, outermost first: client key (pass-through auth only) -> breaker ->
+ * retry -> credential pool -> guard ->
+ * the provider's dialect (`v1` or `x_v2`: the layers are the same). The guard sits closest to the wire because every real call, retries
+ * and credential switches included, must pass the cap and the provider's stops; the breaker sits
+ * outermost so that an upstream known to be down costs nothing at all. The fixture needs none of
+ * it: it is code in this process, with no account to protect.
+ */
+export function buildUpstream(name: string, config: UpstreamConfig, options: ChainOptions): BuiltUpstream {
+  if (config.kind === 'fixture') {
+    const fixture = createFixtureUpstream(name);
+    return { call: fixture.call, status: () => ({ state: 'ok', breaker: 'closed', credentials: {} }), close: fixture.close };
+  }
+  const { clock, timers, logger, state } = options;
+  const events = options.metrics ?? NO_EVENTS;
+  const wire = { clock, dispatcher: options.dispatcher };
+  const provider = config.kind === 'x_v2' ? createXV2Upstream(name, config, wire) : createV1Upstream(name, config, wire);
+  // A Redis that fails to take the news must not become an unhandled rejection: this instance's
+  // breaker still holds, only the fleet does not hear of it.
+  function settle(done: void | Promise<void>): void {
+    if (done instanceof Promise) done.catch((error: unknown) => logger.warn({ upstream: name, err: error }, 'could not share the breaker state'));
+  }
+  const breaker = createBreaker({
+    upstream: name,
+    config: config.breaker,
+    clock,
+    logger,
+    events,
+    share: {
+      opened: (untilMs) => settle(state.stop({ upstream: name, credential: ANY, scope: ANY, untilMs, state: 'breaker_open' })),
+      closed: () => settle(state.lift(name, ANY, ANY, 'breaker_open')),
+    },
+  });
+  const pool = createCredentialPool({ upstream: name, config, state, clock, logger, events });
+  // Every series exists from the start (a reload starts credentials afresh, as revocations do).
+  for (const credential of config.credentials) events.credentialState(name, credential.id, 'active');
+  events.breakerState(name, 'closed');
+  const guard = createGuard({ upstream: name, config, state, clock, timers, events });
+  const call = compose([forwardClientKey(config.kind), breaker.layer, createRetry({ upstream: name, config, clock, timers, events }), pool.layer, guard.layer], provider.call);
+
+  function status(): UpstreamStatus {
+    const credentials = pool.standing();
+    const breakerState = breaker.state();
+    const standings = Object.values(credentials);
+    if (standings.every((s) => s.state === 'revoked')) return { state: 'no_credential', breaker: breakerState, credentials };
+    if (breakerState === 'open') return { state: 'breaker_open', breaker: breakerState, credentials };
+    const stop = guard.stoppedAt(ANY);
+    if (stop !== undefined) return { state: stop.state, untilMs: stop.untilMs, breaker: breakerState, credentials };
+    const usable = standings.filter((s) => s.state === 'active');
+    if (usable.length === 0) {
+      const ends = standings.filter((s) => s.untilMs !== undefined).map((s) => s.untilMs!);
+      const capped = standings.every((s) => s.state === 'usage_capped' || s.state === 'revoked');
+      return { state: capped ? 'usage_capped' : 'cooling_down', untilMs: Math.min(...ends), breaker: breakerState, credentials };
+    }
+    return { state: 'ok', breaker: breakerState, credentials };
+  }
+
+  return { call, status, close: provider.close };
+}

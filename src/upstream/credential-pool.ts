@@ -1,0 +1,128 @@
+import type { Clock } from '../clock.js';
+import type { CredentialConfig, ProviderProtectionConfig } from '../config/types.js';
+import type { Logger } from '../observability/logger.js';
+import type { CredentialState, UpstreamEvents } from './events.js';
+import { ANY, type ProviderState, type Stop } from './guard/provider-state.js';
+import type { Attempt, Layer, UpstreamResult } from './upstream.js';
+
+export interface CredentialPoolOptions {
+  readonly upstream: string;
+  readonly config: Pick<ProviderProtectionConfig, 'cooldown_scope' | 'rate_limit_reserve' | 'usage_cap_seconds'> & {
+    readonly credentials: readonly CredentialConfig[];
+  };
+  readonly state: ProviderState;
+  readonly clock: Clock;
+  readonly logger: Logger;
+  readonly events: UpstreamEvents;
+}
+
+export interface CredentialPool {
+  readonly layer: Layer;
+  /** Each credential's standing as this instance last saw it, with the end of a stop. */
+  standing(): Record<string, { state: CredentialState; untilMs?: number }>;
+}
+
+/**
+ * What the provider says about each credential: a 429 stops that credential (or, for a 503,
+ * the whole upstream) until the time it gave; a spent usage cap stops the credential on every
+ * endpoint for long; a window reported down to the reserve stops it until the reset; a 401/403
+ * takes it out of the rotation until a reload. The call that drew a 429 or a 401/403 is made
+ * once more on another credential, so the client does not pay for one bad credential.
+ */
+export function createCredentialPool(options: CredentialPoolOptions): CredentialPool {
+  const { upstream, config, state, clock, logger, events } = options;
+  const revoked = new Set<string>();
+  const standing = new Map<string, { state: CredentialState; untilMs?: number }>(
+    config.credentials.map((c) => [c.id, { state: 'active' }]),
+  );
+
+  function setStanding(credential: string, next: CredentialState, untilMs?: number): void {
+    const current = standing.get(credential);
+    if (current === undefined) return;
+    const changed = current.state !== next;
+    standing.set(credential, untilMs === undefined ? { state: next } : { state: next, untilMs });
+    if (changed) events.credentialState(upstream, credential, next);
+  }
+
+  function record(stop: Omit<Stop, 'upstream'>): void {
+    const done = state.stop({ upstream, ...stop });
+    if (done instanceof Promise) done.catch((error: unknown) => logger.warn({ upstream, err: error }, 'could not share a provider stop'));
+  }
+
+  /**
+   * Acts on what a result says about its credential: whether the call deserves another
+   * credential, and the result as the client should see it (a usage cap's wait is perch's own).
+   */
+  function observe(result: UpstreamResult, attempt: Attempt): { again: boolean; result: UpstreamResult } {
+    const credential = result.credential;
+    if (credential === undefined) return { again: false, result };
+    const now = clock.now();
+    const scope = config.cooldown_scope === 'endpoint' ? attempt.request.endpoint : ANY;
+    const route = attempt.request.endpoint;
+    if (result.kind === 'rate_limited') {
+      if (result.cause === 'usage_capped') {
+        const untilMs = now + config.usage_cap_seconds * 1000;
+        record({ credential, scope: ANY, untilMs, state: 'usage_capped' });
+        if (standing.get(credential)?.state !== 'usage_capped') {
+          logger.error({ upstream, credential, route, until: new Date(untilMs).toISOString() }, 'provider usage cap spent: credential stopped on every endpoint');
+        }
+        setStanding(credential, 'usage_capped', untilMs);
+        return { again: true, result: { ...result, untilMs, retryAfterSeconds: config.usage_cap_seconds } };
+      }
+      const whole = result.cause === 'status_503';
+      record({ credential: whole ? ANY : credential, scope, untilMs: result.untilMs, state: 'cooling_down' });
+      if (standing.get(credential)?.state !== 'cooling_down') {
+        logger.warn(
+          { upstream, credential: whole ? ANY : credential, route, scope, cause: result.cause, retry_after: result.retryAfterSeconds },
+          'provider said stop: cooling down',
+        );
+      }
+      if (whole) for (const id of standing.keys()) setStanding(id, 'cooling_down', result.untilMs);
+      else setStanding(credential, 'cooling_down', result.untilMs);
+      return { again: !whole, result };
+    }
+    // With the client's own key (pass-through) a rejection is the client's to hear, not perch's.
+    if (result.kind === 'failed' && result.failure === 'unauthorized' && attempt.credential === undefined) {
+      if (!revoked.has(credential)) logger.error({ upstream, credential, reason: result.reason }, 'provider rejected a credential: out of the rotation until a reload');
+      revoked.add(credential);
+      setStanding(credential, 'revoked');
+      return { again: true, result };
+    }
+    const limit = result.limit;
+    if (limit !== undefined && limit.remaining <= config.rate_limit_reserve && limit.resetAtMs > now) {
+      record({ credential, scope, untilMs: limit.resetAtMs, state: 'cooling_down' });
+      if (standing.get(credential)?.state !== 'cooling_down') {
+        logger.info({ upstream, credential, route, scope, remaining: limit.remaining, until: new Date(limit.resetAtMs).toISOString() }, 'provider window at its reserve: cooling down until its reset');
+      }
+      setStanding(credential, 'cooling_down', limit.resetAtMs);
+      return { again: false, result };
+    }
+    if (standing.get(credential)?.state !== 'revoked') setStanding(credential, 'active');
+    return { again: false, result };
+  }
+
+  const layer: Layer = (next) => async (attempt) => {
+    // The client's own key is the one credential such a call may use: no rotation, no switch.
+    const own = attempt.credential !== undefined;
+    const avoid = own || revoked.size === 0 ? undefined : [...revoked];
+    const first = observe(await next(avoid === undefined ? attempt : { ...attempt, avoid }), attempt);
+    let result = first.result;
+    if (first.again && !own && config.credentials.length > 1) {
+      const switched = observe(await next({ ...attempt, avoid: [...revoked, result.credential!] }), attempt).result;
+      // A refusal of the second call says less than the provider's own answer to the first.
+      if (switched.kind !== 'refused') result = switched;
+    }
+    if (revoked.size === config.credentials.length && result.kind === 'refused') return { ...result, reason: 'no_credential' };
+    return result;
+  };
+
+  return {
+    layer,
+    standing: () => {
+      const now = clock.now();
+      return Object.fromEntries(
+        [...standing].map(([id, s]) => [id, s.untilMs !== undefined && s.untilMs <= now && s.state !== 'revoked' ? { state: 'active' as const } : s]),
+      );
+    },
+  };
+}

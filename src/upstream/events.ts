@@ -1,0 +1,41 @@
+import type { EndpointName } from '../endpoints.js';
+import type { RefusalReason } from './upstream.js';
+
+/** A credential's standing, as the pool sees it. */
+export type CredentialState = 'active' | 'cooling_down' | 'usage_capped' | 'revoked';
+
+/** An upstream breaker's state. */
+export type BreakerState = 'closed' | 'open' | 'half_open';
+
+/** What the retry layer did about a failed attempt that could have been retried. */
+export type RetryDecision = 'retried' | 'budget_exhausted' | 'no_time' | 'exhausted';
+
+/**
+ * What the upstream layers report as they work, for metrics. One object per perch instance
+ * (PerchMetrics implements it), passed down by the upstream set; the layers never know about
+ * Prometheus. Label values are closed sets or configured names only.
+ */
+export interface UpstreamEvents {
+  /** A call perch did not make, and why. */
+  refused(upstream: string, route: EndpointName, reason: RefusalReason): void;
+  /** A call that waited in the cap's queue, for how long (admitted or not). */
+  queued(upstream: string, seconds: number): void;
+  /** A credential changed standing. */
+  credentialState(upstream: string, credential: string, state: CredentialState): void;
+  /** A breaker changed state. */
+  breakerState(upstream: string, state: BreakerState): void;
+  /** One decision of the retry layer. */
+  retry(upstream: string, route: EndpointName, decision: RetryDecision): void;
+  /** A request left this upstream for the next of its route, and why (a result kind or failure). */
+  failover(upstream: string, route: EndpointName, reason: string): void;
+}
+
+/** Events nobody listens to, for tools and tests that need none. */
+export const NO_EVENTS: UpstreamEvents = {
+  refused: () => {},
+  queued: () => {},
+  credentialState: () => {},
+  breakerState: () => {},
+  retry: () => {},
+  failover: () => {},
+};

@@ -1,0 +1,76 @@
+import type { Logger } from '../../observability/logger.js';
+import type { Breaker } from '../../redis/breaker.js';
+import type { MemoryProviderState } from './memory-state.js';
+import type { Admission, AdmitQuery, ProviderState, Stop, StopState } from './provider-state.js';
+import type { RedisProviderState } from './redis-state.js';
+
+/**
+ * The fleet's shared state while Redis answers, this instance's own while it does not. Without
+ * Redis each instance keeps only its share of every cap (`redis_down_share`), never the whole
+ * fleet's: "Redis down" must not mean "no limit". Stops are written to both, so what this
+ * instance learned still holds through an outage. A breaker stops asking a Redis that keeps
+ * failing, so an outage costs a miss nothing; the switch is logged once each way.
+ */
+export class InsuredProviderState implements ProviderState {
+  readonly #redis: RedisProviderState;
+  readonly #memory: MemoryProviderState;
+  readonly #breaker: Breaker;
+  readonly #logger: Logger;
+  #failing = false;
+
+  constructor(redis: RedisProviderState, memory: MemoryProviderState, breaker: Breaker, logger: Logger) {
+    this.#redis = redis;
+    this.#memory = memory;
+    this.#breaker = breaker;
+    this.#logger = logger;
+  }
+
+  admit(query: AdmitQuery): Admission | Promise<Admission> {
+    // A stop this instance recorded holds at once: the shared record may still be on its way to
+    // Redis, and calls admitted there meanwhile would reach a provider that already said stop.
+    const local = this.#memory.unstopped(query);
+    if (local.candidates.length === 0 && local.earliest !== undefined) return { kind: 'stopped', ...local.earliest };
+    const free = local.candidates.length === query.candidates.length ? query : { ...query, candidates: local.candidates };
+    if (!this.#breaker.allow()) return this.#memory.admit({ ...free, cap: query.localCap });
+    return this.#shared(free);
+  }
+
+  async #shared(query: AdmitQuery): Promise<Admission> {
+    try {
+      const admission = await this.#redis.admit(query);
+      this.#breaker.success();
+      if (this.#failing) {
+        this.#failing = false;
+        this.#logger.info('provider guard: Redis answers again, caps and stops are shared again');
+      }
+      return admission;
+    } catch (error) {
+      this.#breaker.failure();
+      if (!this.#failing) {
+        this.#failing = true;
+        this.#logger.warn(
+          { reason: error instanceof Error ? error.message : String(error) },
+          "provider guard: Redis failed, each instance keeps its share of every cap (redis_down_share)",
+        );
+      }
+      return this.#memory.admit({ ...query, cap: query.localCap });
+    }
+  }
+
+  finish(upstream: string, leaseId: string): void {
+    this.#memory.finish(upstream, leaseId);
+    if (this.#breaker.state === 'closed') this.#redis.finish(upstream, leaseId);
+  }
+
+  async stop(stop: Stop): Promise<void> {
+    this.#memory.stop(stop);
+    if (this.#breaker.state === 'closed') await this.#redis.stop(stop);
+  }
+
+  async lift(upstream: string, credential: string, scope: string, state: StopState): Promise<void> {
+    this.#memory.lift(upstream, credential, scope, state);
+    if (this.#breaker.state === 'closed') await this.#redis.lift(upstream, credential, scope, state);
+  }
+
+  async close(): Promise<void> {}
+}

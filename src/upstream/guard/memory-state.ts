@@ -1,0 +1,157 @@
+import type { Clock } from '../../clock.js';
+import { stopKeysFor, type Admission, type AdmitQuery, type CallCap, type ProviderState, type Stop, type StopState } from './provider-state.js';
+
+/** Slack for floating-point refills, as in the client token buckets. */
+const EPSILON = 1e-9;
+/**
+ * How soon a call that waits for a call in flight (a concurrency slot, or a window held by a call
+ * not answered yet) looks again, when no answer of this instance wakes it first.
+ */
+export const IN_FLIGHT_POLL_MS = 25;
+
+interface Ledger {
+  tokens: number;
+  at: number;
+  /**
+   * The sliding logs of the rate and the quota: call -> when its window membership starts to
+   * age (its answer; in flight, the end of its lease).
+   */
+  readonly recent: Map<string, number>;
+  readonly quota: Map<string, number>;
+  /** Concurrency leases: id -> expiry. */
+  readonly leases: Map<string, number>;
+}
+
+/**
+ * Stops and caps in this process, on the injected clock: alone without Redis, and as the
+ * insurance while Redis is unreachable. Maps grow with configured upstreams, credentials and
+ * endpoints only; stops are dropped once past.
+ */
+export class MemoryProviderState implements ProviderState {
+  readonly #clock: Clock;
+  readonly #stops = new Map<string, { untilMs: number; state: StopState }>();
+  readonly #ledgers = new Map<string, Ledger>();
+
+  constructor(clock: Clock) {
+    this.#clock = clock;
+  }
+
+  admit(query: AdmitQuery): Admission {
+    const now = this.#clock.now();
+    const { candidates, earliest } = this.unstopped(query);
+    const chosen = candidates[0];
+    if (chosen === undefined) return { kind: 'stopped', untilMs: earliest?.untilMs ?? now, state: earliest?.state ?? 'cooling_down' };
+    const ledger = this.#ledger(query.upstream, query.cap, now);
+    const waitMs = waitFor(ledger, query.cap, now);
+    if (waitMs > 0) return { kind: 'over_cap', waitMs };
+    take(ledger, query, now);
+    return { kind: 'admitted', credential: chosen };
+  }
+
+  /**
+   * The candidates no stop known here holds back, and, when there are none, the earliest end of
+   * their stops. What this process learned itself is known at once, before any shared store.
+   */
+  unstopped(query: Pick<AdmitQuery, 'upstream' | 'scope' | 'candidates'>): { candidates: string[]; earliest?: { untilMs: number; state: StopState } } {
+    const now = this.#clock.now();
+    const candidates: string[] = [];
+    let earliest: { untilMs: number; state: StopState } | undefined;
+    for (const credential of query.candidates) {
+      const stop = this.#stopFor(query.upstream, credential, query.scope, now);
+      if (stop === undefined) candidates.push(credential);
+      else if (earliest === undefined || stop.untilMs < earliest.untilMs) earliest = stop;
+    }
+    return earliest === undefined ? { candidates } : { candidates, earliest };
+  }
+
+  finish(upstream: string, leaseId: string): void {
+    const ledger = this.#ledgers.get(upstream);
+    if (ledger === undefined) return;
+    const now = this.#clock.now();
+    if (ledger.recent.has(leaseId)) ledger.recent.set(leaseId, now);
+    if (ledger.quota.has(leaseId)) ledger.quota.set(leaseId, now);
+    ledger.leases.delete(leaseId);
+  }
+
+  stop(stop: Stop): void {
+    const key = stopKey(stop.upstream, stop.credential, stop.scope);
+    const existing = this.#stops.get(key);
+    // A longer stop is never shortened by a later, shorter one (a usage cap outlasts a 429).
+    if (existing === undefined || existing.untilMs < stop.untilMs) this.#stops.set(key, { untilMs: stop.untilMs, state: stop.state });
+  }
+
+  lift(upstream: string, credential: string, scope: string, state: StopState): void {
+    const key = stopKey(upstream, credential, scope);
+    if (this.#stops.get(key)?.state === state) this.#stops.delete(key);
+  }
+
+  async close(): Promise<void> {}
+
+  #stopFor(upstream: string, credential: string, scope: string, now: number): { untilMs: number; state: StopState } | undefined {
+    let latest: { untilMs: number; state: StopState } | undefined;
+    for (const [c, s] of stopKeysFor(credential, scope)) {
+      const key = stopKey(upstream, c, s);
+      const stop = this.#stops.get(key);
+      if (stop === undefined) continue;
+      if (stop.untilMs <= now) {
+        this.#stops.delete(key);
+        continue;
+      }
+      if (latest === undefined || stop.untilMs > latest.untilMs) latest = stop;
+    }
+    return latest;
+  }
+
+  #ledger(upstream: string, cap: CallCap, now: number): Ledger {
+    let ledger = this.#ledgers.get(upstream);
+    if (ledger === undefined) {
+      ledger = { tokens: cap.rate?.burst ?? 0, at: now, recent: new Map(), quota: new Map(), leases: new Map() };
+      this.#ledgers.set(upstream, ledger);
+    }
+    return ledger;
+  }
+}
+
+function stopKey(upstream: string, credential: string, scope: string): string {
+  return `${upstream}\n${credential}\n${scope}`;
+}
+
+/** Milliseconds until every part of the cap admits one more call; 0 when it does now. */
+function waitFor(ledger: Ledger, cap: CallCap, now: number): number {
+  let wait = 0;
+  if (cap.rate !== undefined) {
+    const { perSecond, burst, windowLimit, windowMs } = cap.rate;
+    ledger.tokens = Math.min(burst, ledger.tokens + (Math.max(0, now - ledger.at) * perSecond) / 1000);
+    ledger.at = now;
+    if (ledger.tokens + EPSILON < 1) wait = Math.max(wait, Math.ceil(((1 - ledger.tokens) * 1000) / perSecond));
+    wait = Math.max(wait, windowWait(ledger.recent, windowLimit, windowMs, now));
+  }
+  if (cap.quota !== undefined) wait = Math.max(wait, windowWait(ledger.quota, cap.quota.requests, cap.quota.windowMs, now));
+  if (cap.maxConcurrent !== undefined) {
+    for (const [id, expiry] of ledger.leases) if (expiry <= now) ledger.leases.delete(id);
+    if (ledger.leases.size >= cap.maxConcurrent) wait = Math.max(wait, IN_FLIGHT_POLL_MS);
+  }
+  return wait;
+}
+
+/** A call whose mark is `t` counts in the window until `t + windowMs` (exclusive). */
+function windowWait(log: Map<string, number>, limit: number, windowMs: number, now: number): number {
+  for (const [id, mark] of log) if (mark + windowMs <= now) log.delete(id);
+  if (log.size < limit) return 0;
+  const edge = [...log.values()].sort((a, b) => a - b)[log.size - limit]!;
+  // A mark in the future is a call in flight: its window ends a window after its answer.
+  return edge > now ? IN_FLIGHT_POLL_MS : edge + windowMs - now;
+}
+
+function take(ledger: Ledger, query: AdmitQuery, now: number): void {
+  const { cap } = query;
+  // Until its answer, a call counts as if it reached the provider at the end of its lease.
+  const inFlight = now + query.leaseMs;
+  if (cap.rate !== undefined) {
+    ledger.tokens = Math.max(0, ledger.tokens - 1);
+    ledger.recent.set(query.leaseId, inFlight);
+  }
+  if (cap.quota !== undefined) ledger.quota.set(query.leaseId, inFlight);
+  if (cap.maxConcurrent !== undefined) ledger.leases.set(query.leaseId, inFlight);
+}
+

@@ -1,0 +1,109 @@
+import type { ProviderProtectionConfig } from '../../config/types.js';
+
+/** Why calls on a credential (or a whole upstream) are stopped until a time. */
+export type StopState = 'cooling_down' | 'usage_capped' | 'breaker_open';
+
+/** Any credential, or any endpoint, in a stop record's key. */
+export const ANY = '*';
+
+/**
+ * A stop the provider (or the breaker) asked for: calls by `credential` (or `ANY`) to endpoint
+ * `scope` (or `ANY`) wait until `untilMs` on the clock.
+ */
+export interface Stop {
+  readonly upstream: string;
+  readonly credential: string;
+  readonly scope: string;
+  readonly untilMs: number;
+  readonly state: StopState;
+}
+
+/**
+ * perch's own cap on calls to one upstream, compiled from its config: a token bucket for the
+ * burst, a sliding log so that no window of `windowMs` ever holds more than `windowLimit` calls
+ * (the bucket alone lets `burst + rate` through in a second), an optional longer quota window
+ * of the same kind, and a bound on calls in flight. A call in flight counts in both logs until
+ * its answer and a window more (see `ProviderState.finish`).
+ */
+export interface CallCap {
+  readonly rate?: { readonly perSecond: number; readonly burst: number; readonly windowLimit: number; readonly windowMs: number };
+  readonly quota?: { readonly requests: number; readonly windowMs: number };
+  readonly maxConcurrent?: number;
+}
+
+export interface AdmitQuery {
+  readonly upstream: string;
+  /** The endpoint, or `ANY` when the upstream's cool-downs cover every endpoint. */
+  readonly scope: string;
+  /** Credential ids in the order to try them; the first not stopped is taken. */
+  readonly candidates: readonly string[];
+  readonly cap: CallCap;
+  /** The cap this instance keeps alone while the shared state is unreachable (`redis_down_share`). */
+  readonly localCap: CallCap;
+  /** Names this call in the windows and the lease set until `finish`. */
+  readonly leaseId: string;
+  /** Bound on the lease, so a crashed instance does not hold a slot for ever. */
+  readonly leaseMs: number;
+}
+
+/** The answer to one admission: call on `credential`, everyone is stopped, or wait for the cap. */
+export type Admission =
+  | { readonly kind: 'admitted'; readonly credential: string }
+  | { readonly kind: 'stopped'; readonly untilMs: number; readonly state: StopState }
+  | { readonly kind: 'over_cap'; readonly waitMs: number };
+
+/**
+ * Where stops and caps live: in this process, or in Redis so that every instance of a fleet
+ * honours what the provider told any one of them. `admit` checks stops and takes a place under
+ * the cap in one atomic step, so two instances never both spend the last call.
+ */
+export interface ProviderState {
+  admit(query: AdmitQuery): Admission | Promise<Admission>;
+  /**
+   * An admitted call has its answer. A call counts in the rate and quota windows from its
+   * admission until a window after its answer (not after its start): the provider counts
+   * arrivals, and a request may arrive any time before its answer, so only that keeps the
+   * provider's own windows under the cap whatever the network's delays. Also ends its lease.
+   */
+  finish(upstream: string, leaseId: string): void;
+  /** Records a stop (kept until its time, also across restarts when shared). */
+  stop(stop: Stop): void | Promise<void>;
+  /**
+   * Lifts a stop early (a breaker whose probe succeeded), only if it is still of `state`: a
+   * provider's own stop recorded meanwhile under the same key must stand.
+   */
+  lift(upstream: string, credential: string, scope: string, state: StopState): void | Promise<void>;
+  close(): Promise<void>;
+}
+
+/**
+ * The cap an upstream's config asks for, scaled by `share` (the fraction an instance uses on its
+ * own while the shared state is unreachable).
+ */
+export function compileCap(config: ProviderProtectionConfig, share = 1): CallCap {
+  const cap: { -readonly [K in keyof CallCap]: CallCap[K] } = {};
+  if (config.max_requests_per_second !== undefined) {
+    const perSecond = config.max_requests_per_second * share;
+    // Rates under 1/s get a window long enough to hold one call: 0.2/s is 1 call per 5 s.
+    const windowMs = perSecond >= 1 ? 1000 : Math.ceil(1000 / perSecond);
+    cap.rate = {
+      perSecond,
+      burst: Math.max(1, Math.floor((config.burst ?? Math.ceil(config.max_requests_per_second)) * share)),
+      windowLimit: Math.max(1, Math.floor(perSecond)),
+      windowMs,
+    };
+  }
+  if (config.quota !== undefined) {
+    cap.quota = { requests: Math.max(1, Math.floor(config.quota.requests * share)), windowMs: config.quota.per_seconds * 1000 };
+  }
+  if (config.max_concurrent !== undefined) cap.maxConcurrent = Math.max(1, Math.floor(config.max_concurrent * share));
+  return cap;
+}
+
+/** The stop records that can block `credential` at `scope`, most specific first. */
+export function stopKeysFor(credential: string, scope: string): [string, string][] {
+  const keys: [string, string][] = [[credential, scope]];
+  if (scope !== ANY) keys.push([credential, ANY], [ANY, scope]);
+  keys.push([ANY, ANY]);
+  return keys;
+}

@@ -1,0 +1,227 @@
+import type { RedisClient } from '../../redis/redis-client.js';
+import { stopKeysFor, type Admission, type AdmitQuery, type ProviderState, type Stop, type StopState } from './provider-state.js';
+
+/**
+ * One admission as one atomic script, so instances never both take the last place: the stops
+ * of each candidate credential are read (the first one free is chosen), then the cap is checked
+ * and, only if every part of it has room, taken. Stops compare against the caller's clock
+ * (their times come from the provider's own headers); the cap uses Redis `TIME`, as the client
+ * rate limits do, so instances with skewed clocks still share one window.
+ *
+ * KEYS: bucket, rate log, quota log, leases, then per candidate its stop keys (see ARGV).
+ * ARGV: now, per-second rate (0: none), burst, window limit, window ms, quota (0: none),
+ * quota window ms, max concurrent (0: none), lease id, lease ms, number of candidates,
+ * stop keys per candidate, then the candidate ids.
+ */
+const ADMIT_SCRIPT = `
+local now = tonumber(ARGV[1])
+local ncand = tonumber(ARGV[11])
+local per = tonumber(ARGV[12])
+local chosen = nil
+local best_until = nil
+local best_state = nil
+for i = 1, ncand do
+  local u, st = 0, nil
+  for j = 1, per do
+    local v = redis.call('GET', KEYS[4 + (i - 1) * per + j])
+    if v then
+      local sp = string.find(v, ' ', 1, true)
+      local t = tonumber(string.sub(v, 1, sp - 1))
+      if t > now and t > u then u, st = t, string.sub(v, sp + 1) end
+    end
+  end
+  if u == 0 then chosen = ARGV[12 + i]; break end
+  if best_until == nil or u < best_until then best_until, best_state = u, st end
+end
+if chosen == nil then return {'stopped', string.format('%d', best_until), best_state} end
+
+local time = redis.call('TIME')
+local rnow = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+-- Milliseconds until the sliding log at key holds fewer than limit calls; a mark in the future
+-- is a call in flight, which frees its place only a window after its answer: look again soon.
+local function window_wait(key, limit, window)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', rnow - window)
+  local n = redis.call('ZCARD', key)
+  if n < limit then return 0 end
+  local edge = tonumber(redis.call('ZRANGE', key, n - limit, n - limit, 'WITHSCORES')[2])
+  if edge > rnow then return 25 end
+  return edge + window - rnow
+end
+local wait = 0
+local rate = tonumber(ARGV[2])
+local tokens = 0
+if rate > 0 then
+  local burst = tonumber(ARGV[3])
+  local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+  tokens = tonumber(state[1])
+  local at = tonumber(state[2])
+  if tokens == nil or at == nil then tokens = burst else tokens = math.min(burst, tokens + math.max(0, rnow - at) * rate / 1000) end
+  if tokens + 1e-9 < 1 then wait = math.max(wait, math.ceil((1 - tokens) * 1000 / rate)) end
+  wait = math.max(wait, window_wait(KEYS[2], tonumber(ARGV[4]), tonumber(ARGV[5])))
+end
+local quota = tonumber(ARGV[6])
+if quota > 0 then wait = math.max(wait, window_wait(KEYS[3], quota, tonumber(ARGV[7]))) end
+local maxc = tonumber(ARGV[8])
+if maxc > 0 then
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', rnow)
+  if redis.call('ZCARD', KEYS[4]) >= maxc then wait = math.max(wait, 25) end
+end
+if wait > 0 then return {'wait', string.format('%d', math.max(1, wait))} end
+
+local lease = ARGV[9]
+local lease_ms = tonumber(ARGV[10])
+-- Until its answer a call counts as if it reached the provider at the end of its lease.
+local in_flight = rnow + lease_ms
+if rate > 0 then
+  redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', math.max(0, tokens - 1)), 'at', string.format('%d', rnow))
+  redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[3]) * 1000 / rate) + 1000)
+  redis.call('ZADD', KEYS[2], in_flight, lease)
+  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[5]) + lease_ms + 1000)
+end
+if quota > 0 then
+  redis.call('ZADD', KEYS[3], in_flight, lease)
+  redis.call('PEXPIRE', KEYS[3], tonumber(ARGV[7]) + lease_ms + 1000)
+end
+if maxc > 0 then
+  redis.call('ZADD', KEYS[4], in_flight, lease)
+  redis.call('PEXPIRE', KEYS[4], lease_ms + 1000)
+end
+return {'ok', chosen}
+`;
+
+/**
+ * Keeps the longer of the stored and the new stop: a 429's short wait must not cut short a
+ * usage cap already recorded. The key expires with its stop (plus a margin) so nothing lingers.
+ * KEYS[1] stop; ARGV until, state, ttl ms.
+ */
+const STOP_SCRIPT = `
+local v = redis.call('GET', KEYS[1])
+if v then
+  local old = tonumber(string.sub(v, 1, string.find(v, ' ', 1, true) - 1))
+  if old >= tonumber(ARGV[1]) then return 0 end
+end
+redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. ARGV[2], 'PX', ARGV[3])
+return 1
+`;
+
+/**
+ * A call has its answer: its marks in the windows move to now (they age from here), its lease
+ * ends. XX: a mark already aged out of its log is not brought back.
+ * KEYS rate log, quota log, leases; ARGV lease id.
+ */
+const FINISH_SCRIPT = `
+local time = redis.call('TIME')
+local rnow = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+redis.call('ZADD', KEYS[1], 'XX', rnow, ARGV[1])
+redis.call('ZADD', KEYS[2], 'XX', rnow, ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+return 1
+`;
+
+/** Deletes a stop only if it is of the given state. KEYS[1] stop; ARGV state. */
+const LIFT_SCRIPT = `
+local v = redis.call('GET', KEYS[1])
+if v and string.sub(v, string.find(v, ' ', 1, true) + 1) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`;
+
+const ADMIT = 'perchAdmitCall';
+const LIFT = 'perchLiftStop';
+const FINISH = 'perchFinishCall';
+const STOP = 'perchStopCalls';
+
+interface WithScripts {
+  [ADMIT](...args: (string | number)[]): Promise<[string, string, string?]>;
+  [STOP](key: string, until: string, state: string, ttl: number): Promise<number>;
+  [FINISH](recent: string, quota: string, leases: string, lease: string): Promise<number>;
+  [LIFT](key: string, state: string): Promise<number>;
+}
+
+/**
+ * Stops and caps in Redis, shared by every instance: keys `<prefix>{up:<name>}:...`. The braces
+ * are a Cluster hash tag, so one upstream's keys live on one node and its script may touch them
+ * all; different upstreams spread over the cluster.
+ */
+export class RedisProviderState implements ProviderState {
+  readonly #scripts: WithScripts;
+  readonly #prefix: string;
+  readonly #clockNow: () => number;
+  readonly #firstReady: Promise<void>;
+  readonly #timeoutMs: number;
+  #everReady = false;
+  #connectionFailed = false;
+
+  constructor(client: RedisClient, options: { prefix: string; now: () => number; commandTimeoutMs: number }) {
+    client.defineCommand(ADMIT, { lua: ADMIT_SCRIPT });
+    client.defineCommand(STOP, { numberOfKeys: 1, lua: STOP_SCRIPT });
+    client.defineCommand(FINISH, { numberOfKeys: 3, lua: FINISH_SCRIPT });
+    client.defineCommand(LIFT, { numberOfKeys: 1, lua: LIFT_SCRIPT });
+    this.#scripts = client as unknown as WithScripts;
+    this.#prefix = options.prefix;
+    this.#clockNow = options.now;
+    this.#timeoutMs = options.commandTimeoutMs;
+    this.#firstReady = new Promise((resolve) => client.once('ready', resolve)).then(() => void (this.#everReady = true));
+    client.on('error', () => (this.#connectionFailed = true));
+  }
+
+  async admit(query: AdmitQuery): Promise<Admission> {
+    // As for the client buckets: right after start-up, wait for the first connection (up to a
+    // command timeout) rather than report an outage that is not one.
+    if (!this.#everReady && !this.#connectionFailed) await this.#awaitFirstConnection();
+    const base = this.#base(query.upstream);
+    const per = stopKeysFor('x', query.scope).length;
+    const stopKeys = query.candidates.flatMap((c) => stopKeysFor(c, query.scope).map(([cr, sc]) => `${base}:stop:${cr}:${sc}`));
+    const keys = [`${base}:bucket`, `${base}:recent`, `${base}:quota`, `${base}:leases`, ...stopKeys];
+    const { rate, quota, maxConcurrent } = query.cap;
+    const args = [
+      this.#clockNow(),
+      rate?.perSecond ?? 0,
+      rate?.burst ?? 0,
+      rate?.windowLimit ?? 0,
+      rate?.windowMs ?? 0,
+      quota?.requests ?? 0,
+      quota?.windowMs ?? 0,
+      maxConcurrent ?? 0,
+      query.leaseId,
+      query.leaseMs,
+      query.candidates.length,
+      per,
+      ...query.candidates,
+    ];
+    // The script takes a variable number of keys, so their count leads the arguments.
+    const [kind, a, b] = await this.#scripts[ADMIT](keys.length, ...keys, ...args);
+    if (kind === 'ok') return { kind: 'admitted', credential: a };
+    if (kind === 'stopped') return { kind: 'stopped', untilMs: Number(a), state: b as StopState };
+    return { kind: 'over_cap', waitMs: Number(a) };
+  }
+
+  finish(upstream: string, leaseId: string): void {
+    const base = this.#base(upstream);
+    // Not awaited: the answer is already on its way to the client. A lost finish only keeps the
+    // call counted until its lease ends, which errs on the provider's side.
+    this.#scripts[FINISH](`${base}:recent`, `${base}:quota`, `${base}:leases`, leaseId).catch(() => undefined);
+  }
+
+  async stop(stop: Stop): Promise<void> {
+    const ttl = Math.max(1, stop.untilMs - this.#clockNow()) + 1000;
+    const key = `${this.#base(stop.upstream)}:stop:${stop.credential}:${stop.scope}`;
+    await this.#scripts[STOP](key, String(stop.untilMs), stop.state, ttl);
+  }
+
+  async lift(upstream: string, credential: string, scope: string, state: StopState): Promise<void> {
+    await this.#scripts[LIFT](`${this.#base(upstream)}:stop:${credential}:${scope}`, state);
+  }
+
+  async close(): Promise<void> {}
+
+  async #awaitFirstConnection(): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<void>((resolve) => (timer = setTimeout(resolve, this.#timeoutMs)));
+    await Promise.race([this.#firstReady, timeout]);
+    clearTimeout(timer);
+  }
+
+  #base(upstream: string): string {
+    return `${this.#prefix}{up:${upstream}}`;
+  }
+}

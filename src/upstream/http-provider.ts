@@ -1,0 +1,177 @@
+import { Pool, type Dispatcher } from 'undici';
+import type { Clock } from '../clock.js';
+import type { V1UpstreamConfig, XV2UpstreamConfig } from '../config/types.js';
+import { ownedBytes } from '../bytes.js';
+import type { EndpointRequest } from '../endpoints.js';
+import { providerLimit } from './provider-limit.js';
+import { rateLimitUntil } from './retry-after.js';
+import { secondsUntil, type Attempt, type Provider, type UpstreamFailure, type UpstreamResult } from './upstream.js';
+
+export interface HttpProviderOptions {
+  readonly clock: Clock;
+  /**
+   * Where requests go. Default: an undici Pool on `config.url` with `config.connections`
+   * keep-alive connections. Tests and embedders inject their own to shape faults.
+   */
+  readonly dispatcher?: Dispatcher;
+}
+
+/**
+ * What differs between the HTTP providers perch speaks to: where a request goes and what a 2xx
+ * JSON body means. Everything else (credentials, timeouts, statuses, rate-limit headers, problem
+ * bodies) is one protocol, so the layers above see the same results whatever the dialect.
+ */
+export interface Dialect {
+  /** The provider's path and query for a validated request. */
+  path(request: EndpointRequest): string;
+  /**
+   * The answer to a request the provider is known to refuse, without calling it: a parameter
+   * perch accepts but the provider's own rules cannot match. Undefined: make the call.
+   */
+  known?(request: EndpointRequest): UpstreamResult | undefined;
+  /**
+   * Statuses that mean the credential itself was rejected, which takes it out of the rotation
+   * until a reload. Any other 4xx is a failure of this one call.
+   */
+  readonly rejectsCredential: readonly number[];
+  /** A 2xx body that parsed as JSON, to a result; `raw` is the exact bytes received. */
+  success(request: EndpointRequest, parsed: unknown, raw: Buffer, status: number): UpstreamResult;
+}
+
+/** Enough of a 429 body to read a problem `type`; the rest is never read. */
+const PROBLEM_BYTES = 4096;
+
+/**
+ * An HTTP provider in a given dialect: the innermost layer of a `v1` or `x_v2` upstream. perch
+ * builds each request from scratch (the dialect's path, the credential's headers), so nothing of
+ * the client's request, its key least of all, reaches the provider, and reduces each answer to an
+ * `UpstreamResult`, so nothing of the provider's error bodies or headers reaches the client.
+ */
+export function createHttpProvider(name: string, config: V1UpstreamConfig | XV2UpstreamConfig, dialect: Dialect, options: HttpProviderOptions): Provider {
+  const dispatcher = options.dispatcher ?? new Pool(config.url, { connections: config.connections, pipelining: 1 });
+  const origin = config.url;
+  const base: Record<string, string> = { accept: 'application/json', 'user-agent': 'perch' };
+  // Built once per credential, not per call.
+  const headersFor = new Map(config.credentials.map((c) => [c.id, { ...base, ...lowercaseKeys(c.headers) }]));
+
+  async function call(attempt: Attempt): Promise<UpstreamResult> {
+    const { request, credential } = attempt;
+    const known = dialect.known?.(request);
+    if (known !== undefined) return known;
+    const timeoutMs = Math.min(config.timeout_ms, Math.max(1, Math.floor(attempt.deadline - performance.now())));
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(), timeoutMs);
+    // A credential not configured is a client's own key (pass-through): its headers only.
+    const headers = credential === undefined ? base : (headersFor.get(credential.id) ?? { ...base, ...credential.headers });
+    try {
+      const response = await dispatcher.request({ origin, path: dialect.path(request), method: 'GET', headers, signal: abort.signal });
+      const now = options.clock.now();
+      const limit = providerLimit(response.headers, now);
+      const result = await classify(request, response, config, dialect, now);
+      return limit === undefined ? result : { ...result, limit };
+    } catch (error) {
+      if (abort.signal.aborted) return { kind: 'timeout', reason: `no complete answer within ${timeoutMs} ms` };
+      return { kind: 'failed', failure: 'connection', reason: describe(error) };
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  return { name, call, close: () => dispatcher.close() };
+}
+
+async function classify(
+  request: EndpointRequest,
+  response: Dispatcher.ResponseData,
+  config: V1UpstreamConfig | XV2UpstreamConfig,
+  dialect: Dialect,
+  now: number,
+): Promise<UpstreamResult> {
+  const { statusCode, headers } = response;
+  if (statusCode >= 200 && statusCode < 300) {
+    const body = await readLimited(response.body, config.max_body_bytes);
+    if (body === undefined) return failed('bad_body', `body larger than ${config.max_body_bytes} bytes`, statusCode);
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(body.toString('utf8'));
+    } catch {
+      return failed('bad_body', `status ${statusCode} with a body that is not JSON`, statusCode);
+    }
+    return dialect.success(request, parsed, body, statusCode);
+  }
+  const retryAfter = header(headers['retry-after']);
+  if (statusCode === 429 || (statusCode === 503 && retryAfter !== undefined)) {
+    // The one error body perch reads, and only for its problem type: X answers a spent monthly
+    // quota with a 429 whose remaining count is not 0, and only the type tells it apart.
+    const capped = statusCode === 429 && isUsageCapped(await readLimited(response.body, PROBLEM_BYTES, true));
+    if (statusCode !== 429 || !capped) await response.body.dump().catch(() => undefined);
+    const untilMs = rateLimitUntil(retryAfter, header(headers['x-rate-limit-reset']), now, config.retry_after_default_seconds);
+    const cause = capped ? 'usage_capped' : statusCode === 429 ? 'status_429' : 'status_503';
+    return { kind: 'rate_limited', cause, retryAfterSeconds: secondsUntil(untilMs, now), untilMs };
+  }
+  // Error bodies are never read into memory, let alone forwarded.
+  await response.body.dump().catch(() => undefined);
+  if (statusCode === 404) return { kind: 'not_found' };
+  // perch validated every parameter but the opaque cursor, so a 400 on a request with a cursor
+  // is the client's cursor; without one it is a disagreement between perch and the provider.
+  if (statusCode === 400 && request.cursor !== undefined) return { kind: 'bad_request', reason: 'status 400 on a cursor' };
+  if (dialect.rejectsCredential.includes(statusCode)) return failed('unauthorized', `status ${statusCode}: the provider rejected the credential`, statusCode);
+  if (statusCode >= 500) return failed('status_5xx', `status ${statusCode}`, statusCode);
+  return failed('unexpected_status', `status ${statusCode}`, statusCode);
+}
+
+/** X's problem details name the spent monthly cap `https://api.twitter.com/2/problems/usage-capped`. */
+function isUsageCapped(body: Buffer | undefined): boolean {
+  if (body === undefined) return false;
+  try {
+    const problem: unknown = JSON.parse(body.toString('utf8'));
+    const type = typeof problem === 'object' && problem !== null ? (problem as { type?: unknown }).type : undefined;
+    return typeof type === 'string' && type.endsWith('/usage-capped');
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Reads a body up to `max` bytes. Larger: undefined and the connection released, or with
+ * `truncate` the first `max` bytes (for a peek at an error body).
+ */
+async function readLimited(body: Dispatcher.ResponseData['body'], max: number, truncate = false): Promise<Buffer | undefined> {
+  const chunks: Buffer[] = [];
+  let length = 0;
+  try {
+    for await (const chunk of body) {
+      length += (chunk as Buffer).length;
+      chunks.push(chunk as Buffer);
+      if (length > max) {
+        body.destroy();
+        return truncate ? ownedBytes(chunks, length).subarray(0, max) : undefined;
+      }
+    }
+  } catch (error) {
+    if (truncate) return undefined;
+    throw error;
+  }
+  return ownedBytes(chunks, length);
+}
+
+/** A failure the provider answered with (not a connection failure), with its status. */
+export function failed(failure: Exclude<UpstreamFailure, 'connection'>, reason: string, status: number): UpstreamResult {
+  return { kind: 'failed', failure, reason, status };
+}
+
+function header(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value[0] : value;
+}
+
+function lowercaseKeys(record: Readonly<Record<string, string>>): Record<string, string> {
+  return Object.fromEntries(Object.entries(record).map(([k, v]) => [k.toLowerCase(), v]));
+}
+
+function describe(error: unknown): string {
+  if (error instanceof Error) {
+    const code = (error as { code?: unknown }).code;
+    return typeof code === 'string' ? `${code}: ${error.message}` : error.message;
+  }
+  return String(error);
+}

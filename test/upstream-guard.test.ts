@@ -1,0 +1,136 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ManualClock } from './helpers/clock.js';
+import { guardedUpstream, limitedOnce } from './helpers/guarded-upstream.js';
+import { startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
+import { json, sampleProvider, startUpstream } from './helpers/upstream-server.js';
+
+const E429 = { error: { message: 'Rate limit exceeded. Please try again later.', code: 'E429' } };
+
+test('after a 429 with Retry-After no call reaches the upstream until that time, and clients get the seconds left', { timeout: 10_000 }, async (t) => {
+  const { clock, upstream, perch } = await guardedUpstream(t, limitedOnce({ 'retry-after': '30' }));
+  const first = await perch.request('/v1/users/1');
+  assert.deepEqual([first.status, first.json(), first.headers.get('retry-after')], [429, E429, '30']);
+  clock.advance(12_500);
+  for (let i = 2; i <= 51; i++) {
+    const res = await perch.request(`/v1/users/${i}`);
+    assert.deepEqual([res.status, res.headers.get('retry-after')], [429, '18'], `miss ${i}`);
+  }
+  assert.equal(upstream.requests.length, 1);
+  clock.advance(17_499);
+  assert.equal((await perch.request('/v1/users/52')).status, 429);
+  assert.equal(upstream.requests.length, 1);
+  clock.advance(1);
+  assert.equal((await perch.request('/v1/users/53')).status, 200);
+  assert.equal(upstream.requests.length, 2);
+  const stops = perch.logs.lines().filter((l) => l.msg === 'provider said stop: cooling down');
+  assert.equal(stops.length, 1, 'one log line per state change, not per request');
+  assert.deepEqual([stops[0]!.upstream, stops[0]!.credential, stops[0]!.cause], ['main', 'default', 'status_429']);
+});
+
+test('the stop time comes from an HTTP date, else x-rate-limit-reset, else retry_after_default_seconds', { timeout: 10_000 }, async (t) => {
+  const cases: [Record<string, string>, string, number][] = [
+    [{ 'retry-after': new Date(Date.UTC(2026, 0, 1) + 45_000).toUTCString() }, '', 45],
+    [{ 'x-rate-limit-reset': String(Date.UTC(2026, 0, 1) / 1000 + 120) }, '', 120],
+    [{}, 'retry_after_default_seconds: 42', 42],
+  ];
+  for (const [headers, extra, seconds] of cases) {
+    const { clock, upstream, perch } = await guardedUpstream(t, limitedOnce(headers), extra);
+    assert.equal((await perch.request('/v1/users/1')).headers.get('retry-after'), String(seconds));
+    clock.advance(seconds * 1000 - 1);
+    assert.equal((await perch.request('/v1/users/2')).status, 429);
+    clock.advance(1);
+    assert.equal((await perch.request('/v1/users/3')).status, 200);
+    assert.equal(upstream.requests.length, 2, JSON.stringify(headers));
+  }
+});
+
+test('cooldown_scope endpoint stops only the endpoint that drew the 429', { timeout: 10_000 }, async (t) => {
+  const { upstream, perch } = await guardedUpstream(t, limitedOnce({ 'retry-after': '60' }), 'cooldown_scope: endpoint');
+  assert.equal((await perch.request('/v1/users/1')).status, 429);
+  assert.equal((await perch.request('/v1/users/2')).status, 429);
+  assert.equal((await perch.request('/v1/tweets/1')).status, 200);
+  assert.deepEqual(
+    upstream.requests.map((r) => r.url),
+    ['/v1/users/1', '/v1/tweets/1'],
+  );
+});
+
+test('a provider window reported down to the reserve stops calls until its reset, without spending a 429', { timeout: 10_000 }, async (t) => {
+  const reset = String(Date.UTC(2026, 0, 1) / 1000 + 900);
+  let remaining = 3;
+  const { clock, upstream, perch } = await guardedUpstream(
+    t,
+    (req, res) => {
+      res.setHeader('x-rate-limit-remaining', String(--remaining));
+      res.setHeader('x-rate-limit-reset', reset);
+      sampleProvider(req, res);
+    },
+    'rate_limit_reserve: 1',
+  );
+  assert.equal((await perch.request('/v1/users/1')).status, 200);
+  assert.equal((await perch.request('/v1/users/2')).status, 200);
+  const refused = await perch.request('/v1/users/3');
+  assert.deepEqual([refused.status, refused.headers.get('retry-after')], [429, '900']);
+  assert.equal(upstream.requests.length, 2);
+  clock.advance(900_000);
+  assert.equal((await perch.request('/v1/users/4')).status, 200);
+  assert.equal(upstream.requests.length, 3);
+});
+
+test('during a cool-down a miss fails over to the next upstream of its route; the cooling one gets nothing', { timeout: 10_000 }, async (t) => {
+  const clock = new ManualClock();
+  const limited = await startUpstream(t, json(429, {}, { 'retry-after': '30' }));
+  const backup = await startUpstream(t, sampleProvider);
+  const perch = await startPerch(t, testConfig(`${v1('limited', limited.url)}\n${v1('backup', backup.url)}`, 'routes: { user: [limited, backup] }'), {
+    clock,
+    timers: clock,
+  });
+  for (let i = 1; i <= 5; i++) assert.equal((await perch.request(`/v1/users/${i}`)).status, 200);
+  assert.deepEqual([limited.requests.length, backup.requests.length], [1, 5]);
+  // The 429 is logged at warn; the refusals that follow only at debug (below the test's info).
+  const failovers = perch.logs.lines().filter((l) => l.msg === 'upstream failover');
+  assert.deepEqual(
+    failovers.map((l) => [l.reason, l.level, l.next]),
+    [['rate_limited', 40, 'backup']],
+  );
+  const metrics = await (await fetch(`${perch.url}/metrics`)).text();
+  assert.match(metrics, /perch_upstream_failovers_total\{upstream="limited",route="user",reason="cooling_down"\} 4/);
+  assert.match(metrics, /perch_upstream_refused_total\{upstream="limited",route="user",reason="cooling_down"\} 4/);
+});
+
+test('over max_requests_per_second a miss waits in the FIFO, then gets 429 with Retry-After when queue_timeout_ms runs out', { timeout: 10_000 }, async (t) => {
+  const { clock, upstream, perch } = await guardedUpstream(t, sampleProvider, 'max_requests_per_second: 2, queue_timeout_ms: 1500');
+  const pending = Array.from({ length: 7 }, (_, i) => perch.request(`/v1/users/${i + 1}`));
+  // Five misses queued: five expiry timers and the queue's one wake-up.
+  await waitFor(() => upstream.requests.length === 2 && clock.waiting === 6);
+  clock.advance(1000);
+  await waitFor(() => upstream.requests.length === 4);
+  clock.advance(500);
+  const results = await Promise.all(pending);
+  assert.deepEqual(
+    results.map((r) => r.status),
+    [200, 200, 200, 200, 429, 429, 429],
+  );
+  assert.equal(results[4]!.headers.get('retry-after'), '1');
+  // Served in arrival order: the first four ids reached the upstream.
+  assert.deepEqual(upstream.requests.map((r) => r.url), ['/v1/users/1', '/v1/users/2', '/v1/users/3', '/v1/users/4']);
+  const metrics = await (await fetch(`${perch.url}/metrics`)).text();
+  assert.match(metrics, /perch_upstream_refused_total\{upstream="main",route="user",reason="over_cap"\} 3/);
+  assert.match(metrics, /perch_upstream_queue_wait_seconds_count\{upstream="main"\} 5/);
+});
+
+test('max_concurrent lets the next miss through only when a call ends', { timeout: 10_000 }, async (t) => {
+  const held: (() => void)[] = [];
+  const { upstream, perch } = await guardedUpstream(t, (req, res) => held.push(() => sampleProvider(req, res)), 'max_concurrent: 1, queue_timeout_ms: 5000');
+  const first = perch.request('/v1/users/1');
+  const second = perch.request('/v1/users/2');
+  await waitFor(() => upstream.requests.length === 1);
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(upstream.requests.length, 1);
+  held.shift()!();
+  assert.equal((await first).status, 200);
+  await waitFor(() => upstream.requests.length === 2);
+  held.shift()!();
+  assert.equal((await second).status, 200);
+});
