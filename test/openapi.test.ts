@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { compileErrors, validate } from '@readme/openapi-parser';
 import { Ajv2020 } from 'ajv/dist/2020.js';
+import { OPENAPI_DOCUMENT } from '../src/openapi/document.js';
 import { startPerch, testConfig } from './helpers/perch.js';
 
 interface Operation {
@@ -24,7 +26,7 @@ test('live responses of all six endpoints and of the errors match the served Ope
   };
 
   const firstPage = (await perch.request('/v1/users/1234567890123456789/tweets')).json();
-  const cases: [template: string, url: string, status: number, key?: string | null][] = [
+  const cases: [template: string, url: string, status: number, key?: string | null, method?: string][] = [
     ['/v1/users/{user_id}', '/v1/users/1234567890123456789', 200],
     ['/v1/users/by/username/{username}', '/v1/users/by/username/Perch_Demo', 200],
     ['/v1/users/{user_id}/tweets', '/v1/users/1234567890123456789/tweets', 200],
@@ -36,10 +38,11 @@ test('live responses of all six endpoints and of the errors match the served Ope
     ['/v1/users/{user_id}/following', '/v1/users/1/following?count=500', 400],
     ['/v1/users/{user_id}', '/v1/users/1', 401, null],
     ['/v1/users/{user_id}', '/v1/users/4040000000000000000', 404],
+    ['/v1/users/{user_id}', '/v1/users/1', 405, undefined, 'DELETE'],
     ['/v1/tweets/{tweet_id}', '/v1/tweets/4040000000000000000', 404],
   ];
-  for (const [template, url, status, key] of cases) {
-    const res = await perch.request(url, key === undefined ? {} : { key });
+  for (const [template, url, status, key, method] of cases) {
+    const res = await perch.request(url, { ...(key === undefined ? {} : { key }), ...(method === undefined ? {} : { method }) });
     assert.equal(res.status, status, url);
     const validate = ajv.compile(schemaFor(template, status));
     assert.ok(validate(res.json()), `${url}: ${ajv.errorsText(validate.errors)}`);
@@ -61,4 +64,42 @@ test('the document describes exactly the six endpoints with the API key scheme',
     '/v1/users/{user_id}/tweets',
   ]);
   assert.deepEqual(doc.components.securitySchemes.apiKey, { type: 'apiKey', in: 'header', name: 'X-API-Key' });
+});
+
+const T = { timeout: 20_000 };
+
+test('the document passes a real OpenAPI 3.1 validator (@readme/openapi-parser), and a broken one does not', T, async () => {
+  const result = await validate(structuredClone(OPENAPI_DOCUMENT) as never);
+  assert.ok(result.valid, result.valid ? '' : compileErrors(result));
+  const broken = structuredClone(OPENAPI_DOCUMENT) as { paths: Record<string, { get: { responses: Record<string, { headers: object }> } }> };
+  broken.paths['/v1/tweets/{tweet_id}']!.get.responses['200']!.headers = { RateLimit: { $ref: '#/components/headers/Missing' } };
+  assert.equal((await validate(broken as never)).valid, false);
+});
+
+test('servers, license, every status perch sends, the rate-limit and cache headers and entity indices are documented', T, async (t) => {
+  const perch = await startPerch(t, testConfig('demo: { kind: fixture }'));
+  const doc = (await perch.request('/openapi.json', { key: null })).json();
+  assert.deepEqual(doc.servers, [{ url: '/', description: 'The perch instance serving this document' }]);
+  assert.deepEqual(doc.info.license, { name: 'MIT', identifier: 'MIT' });
+  const statuses = ['200', '400', '401', '404', '405', '408', '417', '429', '431', '500', '502', '504'];
+  for (const [path, item] of Object.entries(doc.paths as Record<string, { get: { responses: Record<string, { headers: Record<string, unknown> }> } }>)) {
+    const responses = item.get.responses;
+    assert.deepEqual(Object.keys(responses).sort(), statuses, path);
+    for (const name of ['RateLimit', 'RateLimit-Policy', 'Cache-Status', 'X-Request-Id', 'x-rate-limit-reset']) {
+      assert.ok(name in responses['200']!.headers, `${path} 200 documents ${name}`);
+    }
+    assert.ok('Retry-After' in responses['429']!.headers, `${path} 429 documents Retry-After`);
+    assert.ok('Allow' in responses['405']!.headers, `${path} 405 documents Allow`);
+    assert.ok(!('RateLimit' in responses['401']!.headers), `${path}: a 401 carries no rate-limit headers`);
+  }
+  for (const name of ['RateLimit', 'RateLimit-Policy', 'Retry-After', 'Cache-Status']) assert.ok(doc.components.headers[name]?.schema, name);
+  const entities = doc.components.schemas.Entities.properties;
+  for (const kind of ['hashtags', 'urls', 'user_mentions', 'media']) {
+    assert.deepEqual(entities[kind].items.properties.indices.items, { type: 'integer', minimum: 0 }, kind);
+  }
+  // Every header a live 200 carries is documented on it (or is HTTP framing).
+  const live = await perch.request('/v1/users/1');
+  const documented = new Set(Object.keys(doc.paths['/v1/users/{user_id}'].get.responses['200'].headers).map((name) => name.toLowerCase()));
+  const framing = new Set(['content-type', 'content-length', 'date', 'connection', 'keep-alive']);
+  for (const name of live.headers.keys()) assert.ok(documented.has(name) || framing.has(name), `${name} is not documented`);
 });

@@ -1,0 +1,153 @@
+import type { Clock } from '../clock.js';
+import type { BreakerConfig } from '../config/types.js';
+import type { EndpointName } from '../endpoints.js';
+import type { Logger } from '../observability/logger.js';
+import type { BreakerState, UpstreamEvents } from './events.js';
+import { SlidingCounts } from './sliding-counts.js';
+import { secondsUntil, type Layer, type UpstreamResult } from './upstream.js';
+
+export interface BreakerOptions {
+  readonly upstream: string;
+  readonly config: BreakerConfig;
+  readonly clock: Clock;
+  readonly logger: Logger;
+  readonly events: UpstreamEvents;
+  /** Tells the other instances (a shared cool-down through Redis); absent: this instance only. */
+  readonly share?: { opened(untilMs: number): void; closed(): void };
+}
+
+export interface Breaker {
+  readonly layer: Layer;
+  state(): BreakerState;
+}
+
+/** How a result weighs on the breaker: the provider failed, it answered, or it says nothing. */
+type Verdict = 'failure' | 'success' | 'neutral';
+
+/**
+ * Whether the provider itself is unwell. A 401/403 is a credential the pool takes out, a 429 a
+ * stop the pool honours, a refusal a call never made: none says the upstream is down.
+ */
+function verdictOf(result: UpstreamResult): Verdict {
+  switch (result.kind) {
+    case 'ok':
+    case 'not_found':
+    case 'bad_request':
+      return 'success';
+    case 'timeout':
+      return 'failure';
+    case 'failed':
+      return result.failure === 'unauthorized' ? 'neutral' : 'failure';
+    case 'rate_limited':
+    case 'refused':
+      return 'neutral';
+  }
+}
+
+/**
+ * The outermost layer of an upstream: it opens after `consecutive_failures` failed requests in
+ * a row, or when failures reach `failure_ratio` of at least `min_calls` requests over the last
+ * `window_ms`. While open no call is made at all (the request fails over, or is answered from
+ * stale, or 502 at once); after `half_open_after_ms` exactly one probe goes through, whose
+ * answer closes or reopens it. It sits outside the retry layer, so it weighs what the client
+ * got, not each attempt.
+ *
+ * Own code rather than cockatiel's breakers: those read `Date.now()` inside (no clock to inject,
+ * so no exact tests on a ManualClock), signal an open circuit by throwing rather than with a
+ * result, and have no hook to share an open state with the fleet.
+ */
+export function createBreaker(options: BreakerOptions): Breaker {
+  const { upstream, config, clock, logger, events, share } = options;
+  const window = new SlidingCounts(config.window_ms);
+  let state: BreakerState = 'closed';
+  let consecutive = 0;
+  let openedAt = 0;
+  let probing = false;
+  // Bumped on every change of state: a result from a call started before it is history.
+  let generation = 0;
+
+  function become(next: BreakerState, fields: Record<string, unknown> = {}): void {
+    state = next;
+    generation++;
+    events.breakerState(upstream, next);
+    const context = { upstream, ...fields };
+    if (next === 'open') {
+      const untilMs = openedAt + config.half_open_after_ms;
+      logger.warn({ ...context, half_open_at: new Date(untilMs).toISOString() }, 'upstream breaker open: no calls until its half-open probe');
+      share?.opened(untilMs);
+    } else if (next === 'half_open') {
+      logger.info(context, 'upstream breaker half-open: one probe goes through');
+    } else {
+      logger.info(context, 'upstream breaker closed: upstream is back');
+      share?.closed();
+    }
+  }
+
+  function open(fields: Record<string, unknown>): void {
+    openedAt = clock.now();
+    become('open', fields);
+  }
+
+  function observe(result: UpstreamResult, started: number, probe: boolean): void {
+    if (probe) probing = false;
+    if (started !== generation) return;
+    const verdict = verdictOf(result);
+    if (verdict === 'neutral') return;
+    if (probe) {
+      if (verdict === 'success') {
+        consecutive = 0;
+        window.clear();
+        become('closed', { probe: 'succeeded' });
+      } else {
+        open({ probe: 'failed', reason: reasonOf(result) });
+      }
+      return;
+    }
+    const now = clock.now();
+    if (verdict === 'success') {
+      consecutive = 0;
+      window.add(now, 0);
+      return;
+    }
+    consecutive++;
+    window.add(now, 1);
+    const [successes, failures] = window.totals(now);
+    const calls = successes + failures;
+    const ratioTripped = config.failure_ratio < 1 && calls >= config.min_calls && failures >= config.failure_ratio * calls;
+    if (consecutive >= config.consecutive_failures || ratioTripped) {
+      open({ consecutive_failures: consecutive, window_failures: failures, window_calls: calls, reason: reasonOf(result) });
+    }
+  }
+
+  /** The state now: an open breaker whose time is up is half-open, even before the next call. */
+  function current(): BreakerState {
+    if (state === 'open' && clock.now() >= openedAt + config.half_open_after_ms) become('half_open');
+    return state;
+  }
+
+  const layer: Layer = (next) => async (attempt) => {
+    if (current() === 'open') return refuse(attempt.request.endpoint, secondsUntil(openedAt + config.half_open_after_ms, clock.now()));
+    const probe = state === 'half_open';
+    if (probe) {
+      if (probing) return refuse(attempt.request.endpoint, 1);
+      probing = true;
+    }
+    const started = generation;
+    const result = await next(attempt);
+    observe(result, started, probe);
+    return result;
+  };
+
+  function refuse(route: EndpointName, retryAfterSeconds: number): UpstreamResult {
+    events.refused(upstream, route, 'breaker_open');
+    return { kind: 'refused', reason: 'breaker_open', retryAfterSeconds };
+  }
+
+  // Asking for the state moves it on too: /readyz must not report an open breaker past its time,
+  // or a balancer that trusts it would never send the probe.
+  return { layer, state: current };
+}
+
+function reasonOf(result: UpstreamResult): string {
+  return result.kind === 'failed' ? result.failure : result.kind;
+}

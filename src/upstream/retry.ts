@@ -1,0 +1,85 @@
+import type { Clock } from '../clock.js';
+import type { ProviderProtectionConfig } from '../config/types.js';
+import { wait, type Timers } from '../timers.js';
+import type { RetryDecision, UpstreamEvents } from './events.js';
+import { SlidingCounts } from './sliding-counts.js';
+import type { Attempt, Layer, UpstreamResult } from './upstream.js';
+
+export interface RetryOptions {
+  readonly upstream: string;
+  readonly config: Pick<
+    ProviderProtectionConfig,
+    'retries' | 'retry_budget_percent' | 'retry_budget_min_per_second' | 'retry_backoff_ms' | 'retry_backoff_max_ms'
+  >;
+  readonly clock: Clock;
+  readonly timers: Timers;
+  readonly events: UpstreamEvents;
+  /** Jitter source, [0, 1); default Math.random. */
+  readonly random?: () => number;
+  /** The clock of `Attempt.deadline`; default `performance.now`. */
+  readonly monotonic?: () => number;
+}
+
+/** The budget's window: retries are weighed against the requests of the last 10 seconds. */
+const BUDGET_WINDOW_MS = 10_000;
+
+/**
+ * Whether another attempt may get a different answer: the connection broke, the exchange took
+ * too long, or a gateway said it could not reach its backend. A 503 with Retry-After is the
+ * provider saying "stop" (a `rate_limited` result) and is never retried; neither is any answer
+ * about the request itself.
+ */
+function isRetryable(result: UpstreamResult): boolean {
+  if (result.kind === 'timeout') return true;
+  if (result.kind !== 'failed') return false;
+  if (result.failure === 'connection') return true;
+  return result.failure === 'status_5xx' && (result.status === 502 || result.status === 503 || result.status === 504);
+}
+
+/**
+ * Retries a retryable failure on the same upstream, at most `retries` times per request, with
+ * full-jitter exponential backoff (a random wait up to `retry_backoff_ms * 2^n`, capped at
+ * `retry_backoff_max_ms`), never past the request's deadline, and only while the retries of the
+ * last 10 seconds stay under `max(retry_budget_min_per_second * 10, retry_budget_percent% of
+ * the requests)`: a provider failing every call sees at most that share more calls, never a
+ * storm. Retries go down through the pool and the guard, so they spend the call cap and honour
+ * every stop like any call. Own code rather than undici's retry interceptor, which sits under
+ * the dispatcher (below the guard, so its retries would bypass the cap), knows no budget and
+ * sees HTTP statuses, not perch's results.
+ */
+export function createRetry(options: RetryOptions): Layer {
+  const { upstream, config, clock, timers, events } = options;
+  if (config.retries === 0) return (next) => next;
+  const random = options.random ?? Math.random;
+  const monotonic = options.monotonic ?? (() => performance.now());
+  // First kind: requests (first attempts); second kind: retries.
+  const window = new SlidingCounts(BUDGET_WINDOW_MS);
+  const floor = config.retry_budget_min_per_second * (BUDGET_WINDOW_MS / 1000);
+
+  function decide(retried: number, backoffMs: number, attempt: Attempt): RetryDecision {
+    if (retried >= config.retries) return 'exhausted';
+    if (monotonic() + backoffMs >= attempt.deadline) return 'no_time';
+    const [requests, retries] = window.totals(clock.now());
+    if (retries >= Math.max(floor, (config.retry_budget_percent / 100) * requests)) return 'budget_exhausted';
+    return 'retried';
+  }
+
+  return (next) => async (attempt) => {
+    window.add(clock.now(), 0);
+    let result = await next(attempt);
+    for (let retried = 0; isRetryable(result); retried++) {
+      const ceiling = Math.min(config.retry_backoff_max_ms, config.retry_backoff_ms * 2 ** retried);
+      const backoffMs = Math.floor(random() * ceiling);
+      const decision = decide(retried, backoffMs, attempt);
+      events.retry(upstream, attempt.request.endpoint, decision);
+      if (decision !== 'retried') break;
+      window.add(clock.now(), 1);
+      await wait(timers, backoffMs);
+      const again = await next(attempt);
+      // A retry the guard refused says less than the provider's own failure before it.
+      if (again.kind === 'refused') break;
+      result = again;
+    }
+    return result;
+  };
+}
