@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
+import { Agent, request } from 'node:http';
 import { test } from 'node:test';
 import { KEY, OTHER_KEY, startPerch } from './helpers/perch.js';
 import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
@@ -74,4 +75,29 @@ test('neither client keys nor provider secrets appear in logs; logs name the key
   }
   const lines = perch.logs.lines().filter((l) => l.msg === 'request');
   assert.deepEqual(lines.map((l) => [l.status, l.key_id]), [[200, 'alpha'], [401, null], [200, 'charlie']]);
+});
+
+test('one keep-alive connection that changes its key is judged on the key it sends now', { timeout: 10_000 }, async (t) => {
+  const upstream = await startUpstream(t, sampleProvider);
+  const perch = await startPerch(t, config(upstream.url));
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  t.after(() => agent.destroy());
+  const sockets = new Set<unknown>();
+  const get = (key: string) =>
+    new Promise<number>((resolve, reject) => {
+      const req = request(`${perch.url}/v1/users/1`, { agent, headers: { 'x-api-key': key } }, (res) => {
+        sockets.add(req.socket);
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+  assert.deepEqual(
+    [await get(KEY), await get(KEY), await get(`${KEY}x`), await get(KEY), await get('hashed-key-charlie-0123'), await get(KEY)],
+    [200, 200, 401, 200, 200, 200],
+  );
+  assert.equal(sockets.size, 1, 'all on one connection');
+  const ids = perch.logs.lines().filter((l) => l.msg === 'request').map((l) => l.key_id);
+  assert.deepEqual(ids, ['alpha', 'alpha', null, 'alpha', 'charlie', 'alpha']);
 });

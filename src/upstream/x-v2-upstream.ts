@@ -1,0 +1,73 @@
+import type { XV2UpstreamConfig } from '../config/types.js';
+import type { EndpointName } from '../endpoints.js';
+import { checkResponseBody } from '../schemas/response-check.js';
+import { createHttpProvider, failed, type Dialect, type HttpProviderOptions } from './http-provider.js';
+import type { Provider } from './upstream.js';
+import { mapFollowing } from './x-v2/map-following.js';
+import { mapReplies } from './x-v2/map-replies.js';
+import { mapTimeline } from './x-v2/map-timeline.js';
+import { mapTweet } from './x-v2/map-tweet.js';
+import { mapUser } from './x-v2/map-user.js';
+import { outcomeOf } from './x-v2/outcome.js';
+import { MappingError } from './x-v2/read.js';
+import { v2Request } from './x-v2/requests.js';
+
+/** Each endpoint's mapping from X's v2 body to the interface's v1 body. */
+const MAPPINGS: Readonly<Record<EndpointName, (body: unknown) => object>> = {
+  user: mapUser,
+  user_by_username: mapUser,
+  tweet: mapTweet,
+  tweets: mapTimeline,
+  replies: mapReplies,
+  following: mapFollowing,
+};
+
+const LISTINGS: ReadonlySet<EndpointName> = new Set(['tweets', 'replies', 'following']);
+
+/**
+ * X's own rules for ids (64-bit: at most 19 digits) and usernames (at most 15 characters). The
+ * interface allows more; X answers those 400, which would read as X failing and count against
+ * the breaker. No such user or tweet can exist, so they are not found, without a call.
+ */
+const X_ID = /^[0-9]{1,19}$/;
+const X_USERNAME = /^[A-Za-z0-9_]{1,15}$/;
+
+/**
+ * X's dialect: each request becomes X's v2 request (requests.ts), and each 200 is read for
+ * "not found" (a 200 with only `errors`, cached as any 404), then mapped to the v1 body and
+ * checked against the same schema as a `v1` provider's body, so a mapping bug or a change at X
+ * is a 502 and a warning, never a malformed answer in the cache. Statuses, 429s (with
+ * `x-rate-limit-reset`) and the usage cap's problem type are the shared HTTP protocol's.
+ */
+const X_V2_DIALECT: Dialect = {
+  path: v2Request,
+  known({ params }) {
+    const { user_id: userId, tweet_id: tweetId, username } = params;
+    const fits = (value: string | undefined, rule: RegExp) => value === undefined || rule.test(value);
+    return fits(userId, X_ID) && fits(tweetId, X_ID) && fits(username, X_USERNAME) ? undefined : { kind: 'not_found' };
+  },
+  // X's 403 is about the endpoint, not the token: an endpoint outside the app's plan (following,
+  // on some plans) answers 403 while every other endpoint still serves that same token.
+  rejectsCredential: [401],
+  success(request, parsed, _raw, status) {
+    const { endpoint } = request;
+    let v1: object;
+    try {
+      const outcome = outcomeOf(parsed, LISTINGS.has(endpoint));
+      if (outcome.kind === 'not_found') return { kind: 'not_found' };
+      if (outcome.kind === 'errors') return failed('invalid_body', `status ${status} with errors and no data (${outcome.type})`, status);
+      v1 = MAPPINGS[endpoint](parsed);
+    } catch (error) {
+      if (!(error instanceof MappingError)) throw error;
+      return failed('invalid_body', `status ${status} with a body not of the X v2 ${endpoint} shape: ${error.message}`, status);
+    }
+    const mismatch = checkResponseBody(endpoint, v1);
+    if (mismatch !== undefined) return failed('invalid_body', `the ${endpoint} body mapped from X v2 is not of the schema: ${mismatch}`, status);
+    return { kind: 'ok', body: Buffer.from(JSON.stringify(v1)) };
+  },
+};
+
+/** The innermost layer of an `x_v2` upstream. */
+export function createXV2Upstream(name: string, config: XV2UpstreamConfig, options: HttpProviderOptions): Provider {
+  return createHttpProvider(name, config, X_V2_DIALECT, options);
+}

@@ -1,0 +1,36 @@
+import { MappingError, object } from './read.js';
+
+/**
+ * What a 200 from X says before any mapping: the resource, or that it does not exist, or another
+ * problem. X reports a missing user or tweet as 200 with only `errors`, and an empty listing as
+ * `{"meta":{"result_count":0}}` with neither `data` nor `errors`.
+ */
+export type Outcome =
+  | { readonly kind: 'data' }
+  | { readonly kind: 'not_found' }
+  /** Only errors, none of them "not found": `type` is X's problem type, or `unknown`. */
+  | { readonly kind: 'errors'; readonly type: string };
+
+/** X's problem types are URLs under /2/problems/; only those are safe to repeat in a log. */
+const PROBLEM_TYPE = /^https:\/\/api\.(?:twitter|x)\.com\/2\/problems\/[a-z-]{1,64}$/;
+
+/**
+ * `listing`: the endpoint pages through a list, where no `data` is an empty page; for a single
+ * user or tweet it is a body that cannot be mapped.
+ */
+export function outcomeOf(body: unknown, listing: boolean): Outcome {
+  const top = object(body, '');
+  if (top.data !== undefined) return { kind: 'data' };
+  const errors = Array.isArray(top.errors) ? top.errors.filter((e): e is Record<string, unknown> => typeof e === 'object' && e !== null) : [];
+  if (errors.length === 0) {
+    if (listing) return { kind: 'data' };
+    throw new MappingError('/data is missing');
+  }
+  // A suspended account answers title "Forbidden" with the resource-not-found type: to a
+  // client of the interface it does not exist either.
+  if (errors.some((e) => e.title === 'Not Found Error' || (typeof e.type === 'string' && e.type.endsWith('/problems/resource-not-found')))) {
+    return { kind: 'not_found' };
+  }
+  const type = errors[0]!.type;
+  return { kind: 'errors', type: typeof type === 'string' && PROBLEM_TYPE.test(type) ? type : 'unknown' };
+}
