@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
+import calculateSlot from 'cluster-key-slot';
 import { ManualClock } from './helpers/clock.js';
 import { startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
 import { startRedisCluster, type TestRedisCluster } from './helpers/redis-cluster.js';
@@ -43,6 +44,12 @@ async function warmUp(perch: RunningPerch): Promise<void> {
   await Promise.all(Array.from({ length: 30 }, (_, i) => perch.cache.remote(`/warm-up/${i}`)));
 }
 
+/** SET commands the cluster has run, all nodes together (a lease is a SET NX). */
+async function setCalls(cluster: TestRedisCluster): Promise<number> {
+  const stats = await Promise.all(cluster.nodes.map((node) => cluster.cli(node.port, 'info', 'commandstats')));
+  return stats.reduce((sum, text) => sum + Number(/cmdstat_set:calls=(\d+)/.exec(text)?.[1] ?? 0), 0);
+}
+
 async function setup(t: TestContext, behaviour: UpstreamBehaviour = sampleProvider) {
   const clock = new ManualClock();
   const cluster = await startRedisCluster(t);
@@ -83,7 +90,7 @@ test('cluster: entries stored by one instance, spread over several nodes, are Re
     assert.match(response.headers.get('cache-status') ?? '', /^perch; hit; ttl=\d+; detail=redis$/, path);
   }
   assert.equal(upstream.requests.length, PATHS.length);
-  assert.deepEqual(second.cache.redisStats, { errors: 0, skipped: 0 });
+  assert.deepEqual(second.cache.redisStats, { errors: 0, skipped: 0, cleanupErrors: 0 });
 });
 
 test('cluster: 2 instances x 20 concurrent identical misses make exactly 1 upstream request', async (t) => {
@@ -93,13 +100,15 @@ test('cluster: 2 instances x 20 concurrent identical misses make exactly 1 upstr
   const a = await startShared(t, cluster, upstream, clock);
   const b = await startShared(t, cluster, upstream, clock);
   await Promise.all([warmUp(a), warmUp(b)]);
+  const setsBefore = await setCalls(cluster);
   const path = '/v1/users/9/tweets?cursor=c1';
   const responses = [a, b].flatMap((perch) => Array.from({ length: 20 }, () => perch.request(path)));
   await waitFor(() => upstream.requests.length === 1 && a.received() === 20 && b.received() === 20, 10_000);
   // The lease is a single-key SET NX in whichever node owns its slot.
   assert.equal((await keysByNode(cluster, 't:lock:*')).flat().length, 1);
-  // Let the instance without the lease reach its polling loop before the holder answers.
-  await new Promise((resolve) => setTimeout(resolve, 100));
+  // Let the instance without the lease reach its polling loop before the holder answers: the
+  // holder's SET NX and at least one refused one from the other instance have run.
+  await waitFor(async () => (await setCalls(cluster)) >= setsBefore + 2, 10_000);
   release();
   const results = await Promise.all(responses);
   assert.equal(upstream.requests.length, 1);
@@ -109,7 +118,8 @@ test('cluster: 2 instances x 20 concurrent identical misses make exactly 1 upstr
   // trip here, so a request may first look at the cache after the entry exists); what must hold
   // is that exactly one request fetched (a fetch is what `stored` without `collapsed` reports)
   // and that the other instance never fetched: it waited on the lease or found the entry.
-  const hit = /^perch; hit; ttl=\d+(; detail=redis)?$/;
+  // The clock stands still: a hit has the endpoint's whole TTL left.
+  const hit = new RegExp(`^perch; hit; ttl=${a.config.cache.ttl_seconds.tweets}(; detail=redis)?$`);
   const groups = [statuses.slice(0, 20), statuses.slice(20)];
   const holder = groups.findIndex((group) => group.includes('perch; fwd=miss; stored'));
   assert.notEqual(holder, -1, JSON.stringify(statuses));
@@ -118,14 +128,8 @@ test('cluster: 2 instances x 20 concurrent identical misses make exactly 1 upstr
   assert.ok(fetched.every((s) => s === 'perch; fwd=miss; stored' || s === 'perch; fwd=miss; collapsed; stored' || hit.test(s)), JSON.stringify(fetched));
   assert.ok(waited.every((s) => s === 'perch; fwd=miss; collapsed; detail=redis' || hit.test(s)), JSON.stringify(waited));
   // The holder freed its lease (a one-key EVAL routed to the lease's node; release is not awaited).
-  let locks: string[] = [];
-  for (let i = 0; i < 100; i++) {
-    locks = (await keysByNode(cluster, 't:lock:*')).flat();
-    if (locks.length === 0) break;
-    await new Promise((resolve) => setTimeout(resolve, 20));
-  }
-  assert.deepEqual(locks, []);
-  assert.deepEqual([a.cache.redisStats, b.cache.redisStats], [{ errors: 0, skipped: 0 }, { errors: 0, skipped: 0 }]);
+  await waitFor(async () => (await keysByNode(cluster, 't:lock:*')).flat().length === 0);
+  assert.deepEqual([a.cache.redisStats, b.cache.redisStats], [{ errors: 0, skipped: 0, cleanupErrors: 0 }, { errors: 0, skipped: 0, cleanupErrors: 0 }]);
 });
 
 test('cluster: with one node killed, every request is still answered 200, from memory, Redis or upstream', async (t) => {
@@ -171,4 +175,67 @@ test('cluster: with one node killed, every request is still answered 200, from m
   assert.ok(upstream.requests.length >= PATHS.length + lost.size + 22, `${upstream.requests.length} upstream requests`);
   // The dead node's calls failed (timed out) and were carried on without.
   assert.ok(b.cache.redisStats!.errors > 0);
+});
+
+/** The slot ranges a node serves, from `cluster nodes` as that node sees them. */
+async function slotRanges(cluster: TestRedisCluster, port: number): Promise<Array<[number, number]>> {
+  const me = (await cluster.cli(port, 'cluster', 'nodes')).split('\n').find((line) => line.includes('myself'))!;
+  return me
+    .split(' ')
+    .slice(8)
+    .map((range) => range.split('-').map(Number))
+    .map(([from, to]) => [from!, to ?? from!] as [number, number]);
+}
+
+test('cluster: one of three masters dead, keys on the others are still stored, and a miss pays at most one command timeout', { timeout: 30_000 }, async (t) => {
+  const { clock, cluster, upstream } = await setup(t);
+  const perch = await startShared(t, cluster, upstream, clock, DEAD_NODE_COMMAND_TIMEOUT_MS);
+  await warmUp(perch);
+  const victim = cluster.nodes[1]!;
+  const dead = await slotRanges(cluster, victim.port);
+  const onDeadNode = (path: string) => {
+    const slot = calculateSlot(`t:c:${path}`);
+    return dead.some(([from, to]) => slot >= from && slot <= to);
+  };
+  await victim.kill();
+
+  const paths = Array.from({ length: 30 }, (_, i) => `/v1/users/${300 + i}`);
+  const timeouts: number[] = [];
+  const durations: number[] = [];
+  for (const path of paths) {
+    const before = perch.cache.redisStats!.errors;
+    const started = performance.now();
+    const response = await perch.request(path);
+    durations.push(performance.now() - started);
+    assert.equal(response.status, 200, path);
+    assert.equal(response.headers.get('cache-status'), 'perch; fwd=miss; stored', path);
+    timeouts.push(perch.cache.redisStats!.errors - before);
+  }
+  // The clock stands still, so the dead node's breaker stays open after its first failure: one
+  // miss pays one timeout, every later one skips the node. The rate limits share the cache's
+  // connection and node breakers, so whichever call meets the dead node first (here the client's
+  // bucket lives on it) opens it for both: the cache then never waits on it at all.
+  assert.ok(timeouts.every((n) => n <= 1), JSON.stringify(timeouts));
+  const slow = durations.filter((ms) => ms >= DEAD_NODE_COMMAND_TIMEOUT_MS);
+  assert.equal(slow.length, 1, `misses of ${durations.map((ms) => ms.toFixed(0)).join(', ')} ms`);
+  assert.ok(slow[0]! < 2 * DEAD_NODE_COMMAND_TIMEOUT_MS, `the slow miss took ${slow[0]!.toFixed(0)} ms: more than one timeout`);
+
+  const live = cluster.nodes.filter((node) => node !== victim);
+  const stored = new Set(
+    (await Promise.all(live.map((node) => cluster.cli(node.port, '--scan', '--pattern', 't:c:/v1/users/3[0-9][0-9]'))))
+      .flatMap((out) => out.split('\n'))
+      .filter((key) => key !== '')
+      .map((key) => key.slice('t:c:'.length)),
+  );
+  const expected = paths.filter((path) => !onDeadNode(path));
+  const sorted = [...durations].sort((a, b) => a - b);
+  t.diagnostic(
+    `${stored.size} of ${paths.length} new keys stored; misses with a Redis timeout: ${timeouts.filter((n) => n > 0).length}; ` +
+      `miss ms median ${sorted[15]!.toFixed(0)}, max ${sorted.at(-1)!.toFixed(0)} (command timeout ${DEAD_NODE_COMMAND_TIMEOUT_MS})`,
+  );
+  assert.deepEqual([...stored].sort(), [...expected].sort());
+  assert.ok(expected.length >= 0.6 * paths.length, `${expected.length} of ${paths.length} keys on live nodes`);
+  // Only the dead node is skipped.
+  assert.equal(perch.cache.redisState, 'open');
+  assert.equal(perch.logs.lines().filter((l) => l.msg === 'circuit breaker open: skipping dependency' && l.dependency === 'redis cache').length, 1);
 });

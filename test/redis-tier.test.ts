@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
+import { Redis } from 'ioredis';
 import { createRedisClient } from '../src/redis/redis-client.js';
 import { ManualClock } from './helpers/clock.js';
 import { startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
@@ -83,6 +84,8 @@ test('Redis killed mid-test: requests are answered fast from memory or upstream;
   // The shared rate limits have a breaker of their own on the same Redis; this test is about the cache's.
   const warnings = perch.logs.lines().filter((l) => l.msg === 'circuit breaker open: skipping dependency' && l.dependency === 'redis cache');
   assert.equal(warnings.length, 1);
+  // One line for the first failed call; the others wait for the interval's summary.
+  assert.equal(perch.logs.lines().filter((l) => String(l.msg).startsWith('redis call') && l.dependency === 'redis cache').length, 1);
 
   await redis.restart();
   await waitFor(() => perch.cache.redisConnected === true);
@@ -141,8 +144,11 @@ test('2 instances x 50 concurrent identical misses make exactly 1 upstream reque
   const b = await startShared(t, redis, upstream, clock);
   const responses = [a, b].flatMap((perch) => Array.from({ length: 50 }, () => perch.request('/v1/users/9/tweets?cursor=c1')));
   await waitFor(() => upstream.requests.length === 1 && a.received() === 50 && b.received() === 50);
-  // Let the instance without the lease reach its polling loop before the holder answers.
-  await new Promise((resolve) => setTimeout(resolve, 50));
+  // Let the instance without the lease reach its polling loop before the holder answers: Redis
+  // has then run the holder's lease SET and at least one refused SET NX from the other.
+  const client = new Redis(redis.url);
+  t.after(() => client.disconnect());
+  await waitFor(async () => Number(/cmdstat_set:calls=(\d+)/.exec(await client.info('commandstats'))?.[1] ?? 0) >= 2);
   release();
   const results = await Promise.all(responses);
   assert.equal(upstream.requests.length, 1);

@@ -8,6 +8,8 @@ export interface BreakerOptions {
   readonly logger: Logger;
   /** What the breaker guards, for its log lines. */
   readonly name: string;
+  /** The Redis Cluster node it guards (`host:port`), for its log lines; absent for a whole Redis. */
+  readonly node?: string;
   /** Consecutive failures that open it. */
   readonly threshold?: number;
   /** How long it stays open before one probe goes through. */
@@ -22,7 +24,7 @@ export interface BreakerOptions {
 export class Breaker {
   readonly #clock: Clock;
   readonly #logger: Logger;
-  readonly #name: string;
+  readonly #fields: Readonly<Record<string, string>>;
   readonly #threshold: number;
   readonly #coolDownMs: number;
   #state: BreakerState = 'closed';
@@ -33,7 +35,7 @@ export class Breaker {
   constructor(options: BreakerOptions) {
     this.#clock = options.clock;
     this.#logger = options.logger;
-    this.#name = options.name;
+    this.#fields = options.node === undefined ? { dependency: options.name } : { dependency: options.name, node: options.node };
     this.#threshold = options.threshold ?? 5;
     this.#coolDownMs = options.coolDownMs ?? 2000;
   }
@@ -54,12 +56,20 @@ export class Breaker {
     return true;
   }
 
+  /**
+   * Ends an open breaker's cool-down now, so the next call is its probe: for a new connection,
+   * which may well reach a healthy node (a new master after a failover, a restarted Redis).
+   */
+  probeSoon(): void {
+    if (this.#state === 'open') this.#openedAt = Number.NEGATIVE_INFINITY;
+  }
+
   success(): void {
     this.#failures = 0;
     this.#probing = false;
     if (this.#state !== 'closed') {
       this.#state = 'closed';
-      this.#logger.info({ dependency: this.#name }, 'circuit breaker closed: dependency is back');
+      this.#logger.info(this.#fields, 'circuit breaker closed: dependency is back');
     }
   }
 
@@ -70,7 +80,7 @@ export class Breaker {
     if (probeFailed || (this.#state === 'closed' && this.#failures >= this.#threshold)) {
       this.#openedAt = this.#clock.now();
       if (this.#state === 'closed') {
-        this.#logger.warn({ dependency: this.#name, failures: this.#failures, cool_down_ms: this.#coolDownMs }, 'circuit breaker open: skipping dependency');
+        this.#logger.warn({ ...this.#fields, failures: this.#failures, cool_down_ms: this.#coolDownMs }, 'circuit breaker open: skipping dependency');
       }
       this.#state = 'open';
     }

@@ -1,31 +1,47 @@
+import type { Clock } from '../clock.js';
 import type { Logger } from '../observability/logger.js';
-import type { Breaker, BreakerState } from './breaker.js';
+import type { BreakerState } from './breaker.js';
+import { FailureSummary } from './failure-summary.js';
+import { NodeBreakers } from './node-breakers.js';
 import type { RedisClient } from './redis-client.js';
 
 /** Counts of Redis calls that did not happen or did not work, for metrics and tests. */
 export interface RedisCallStats {
-  /** Calls that failed (error, timeout, disconnected). */
+  /** Calls a request waited on that failed (error, timeout, disconnected). */
   errors: number;
   /** Calls not attempted because the breaker was open. */
   skipped: number;
+  /** Cleanups sent without waiting (lease releases) that failed; no request waited on them. */
+  cleanupErrors: number;
+}
+
+export interface GuardedRedisOptions {
+  readonly clock: Clock;
+  readonly logger: Logger;
+  /** What it guards, for log lines (`dependency`). */
+  readonly name: string;
 }
 
 /**
- * The one way perch's cache talks to Redis: every call passes the breaker, and a failure is
- * logged, counted and turned into `undefined`. Callers treat `undefined` as "Redis had nothing
- * to say" (a miss, no lease), so Redis can only ever make a request faster, never fail it.
+ * The one way perch's cache talks to Redis: every call passes the breaker of the node holding its
+ * key, and a failure is counted, summarized in the log and turned into `undefined`. Callers treat
+ * `undefined` as "Redis had nothing to say" (a miss, no lease), so Redis can only ever make a
+ * request faster, never fail it.
  */
 export class GuardedRedis {
   readonly client: RedisClient;
-  readonly stats: RedisCallStats = { errors: 0, skipped: 0 };
-  readonly #breaker: Breaker;
+  readonly stats: RedisCallStats = { errors: 0, skipped: 0, cleanupErrors: 0 };
+  /** Per-node health, shared with the rate limits when they use this same Redis. */
+  readonly breakers: NodeBreakers;
+  readonly #failures: FailureSummary;
   readonly #logger: Logger;
   #everReady = false;
 
-  constructor(client: RedisClient, breaker: Breaker, logger: Logger) {
+  constructor(client: RedisClient, options: GuardedRedisOptions) {
     this.client = client;
-    this.#breaker = breaker;
-    this.#logger = logger;
+    this.breakers = new NodeBreakers(client, options);
+    this.#failures = new FailureSummary(options);
+    this.#logger = options.logger;
     client.once('ready', () => (this.#everReady = true));
   }
 
@@ -34,25 +50,29 @@ export class GuardedRedis {
     return this.client.status === 'ready';
   }
 
+  /** The breaker state; with a cluster, the worst node's. */
   get state(): BreakerState {
-    return this.#breaker.state;
+    return this.breakers.state;
   }
 
-  async run<T>(op: string, call: (client: RedisClient) => Promise<T>): Promise<T | undefined> {
+  /** Runs `call`, whose one key is `key` (prefix included): that key's node decides whether it may. */
+  async run<T>(op: string, key: string, call: (client: RedisClient) => Promise<T>): Promise<T | undefined> {
+    this.#failures.tick();
+    const breaker = this.breakers.for(key);
     // Before the first connection completes, calls would fail for a reason that says nothing
     // about Redis's health; they must not open the breaker on every start-up.
-    if (!this.#everReady || !this.#breaker.allow()) {
+    if (!this.#everReady || !breaker.allow()) {
       this.stats.skipped++;
       return undefined;
     }
     try {
       const result = await call(this.client);
-      this.#breaker.success();
+      breaker.success();
       return result;
     } catch (error) {
       this.stats.errors++;
-      this.#breaker.failure();
-      this.#logger.warn({ op, reason: error instanceof Error ? error.message : String(error) }, 'redis call failed; carrying on without it');
+      breaker.failure();
+      this.#failures.failure(op, error instanceof Error ? error.message : String(error));
       return undefined;
     }
   }
@@ -66,12 +86,13 @@ export class GuardedRedis {
   fire(op: string, call: (client: RedisClient) => Promise<unknown>): void {
     if (!this.#everReady) return;
     call(this.client).catch((error: unknown) => {
-      this.stats.errors++;
+      this.stats.cleanupErrors++;
       this.#logger.debug({ op, reason: error instanceof Error ? error.message : String(error) }, 'redis cleanup failed');
     });
   }
 
   async close(): Promise<void> {
+    this.#failures.flush();
     // quit() waits for a reply a dead Redis never sends; disconnect() does not.
     this.client.disconnect();
   }

@@ -4,7 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
 import { promisify } from 'node:util';
-import { startRedis, type TestRedis } from './redis-server.js';
+import { onCleanup } from './cleanup.js';
+import { startRedis, type TestRedis, type TestTlsFiles } from './redis-server.js';
 
 const run = promisify(execFile);
 
@@ -12,37 +13,55 @@ const run = promisify(execFile);
 const CLI = process.env.REDIS_CLI ?? 'redis-cli';
 
 export interface TestRedisCluster {
+  /** Masters first (in slot order), then replicas. */
   readonly nodes: readonly TestRedis[];
-  /** Seed URLs, one per node, as `cache.redis.cluster` takes them. */
+  /** Seed URLs, one per master, as `cache.redis.cluster` takes them (with the password, if any). */
   readonly urls: readonly string[];
   /** redis-cli against one node (no cluster redirection): its trimmed output. */
   cli(port: number, ...args: string[]): Promise<string>;
 }
 
+export interface TestRedisClusterOptions {
+  readonly masters?: number;
+  /** Replicas per master. Default 0. */
+  readonly replicas?: number;
+  /** `requirepass` (and `masterauth`) on every node. */
+  readonly password?: string;
+  /** TLS only, for clients and the cluster bus alike. */
+  readonly tls?: TestTlsFiles;
+  /** Default 20 s. */
+  readonly timeoutMs?: number;
+}
+
 /**
- * A real 3-master Redis Cluster (no replicas) for one test: three redis-server processes on free
- * ports, their cluster config files in a temporary directory, joined with `redis-cli --cluster
- * create`. Resolves once every node reports `cluster_state:ok`; when the test ends, every node
- * is killed and the directory removed.
+ * A real Redis Cluster for one test (3 masters, no replicas unless asked): redis-server processes
+ * on free ports, their cluster config files in a temporary directory, joined with `redis-cli
+ * --cluster create`. `cluster-require-full-coverage no`, as perch's README advises: the nodes that
+ * are up keep serving their slots while one is down. Resolves once every node reports
+ * `cluster_state:ok`; when the test ends, every node is killed and the directory removed.
  */
-export async function startRedisCluster(t: TestContext, size = 3, timeoutMs = 20_000): Promise<TestRedisCluster> {
+export async function startRedisCluster(t: TestContext, options: TestRedisClusterOptions = {}): Promise<TestRedisCluster> {
+  const { masters = 3, replicas = 0, password, tls, timeoutMs = 20_000 } = options;
   const dir = await mkdtemp(join(tmpdir(), 'perch-cluster-'));
   const nodes: TestRedis[] = [];
-  t.after(async () => {
+  onCleanup(t, async () => {
     await Promise.all(nodes.map((node) => node.kill()));
     await rm(dir, { recursive: true, force: true });
   });
-  for (let i = 0; i < size; i++) {
-    nodes.push(
-      await startRedis(t, ['--cluster-enabled', 'yes', '--cluster-config-file', join(dir, `nodes-${i}.conf`), '--dir', dir]),
-    );
+  const auth = password === undefined ? [] : ['--requirepass', password, '--masterauth', password];
+  const bus = tls === undefined ? [] : ['--tls-cluster', 'yes', '--tls-replication', 'yes'];
+  for (let i = 0; i < masters * (1 + replicas); i++) {
+    const args = ['--cluster-enabled', 'yes', '--cluster-config-file', join(dir, `nodes-${i}.conf`), '--dir', dir, '--cluster-require-full-coverage', 'no', ...auth, ...bus];
+    nodes.push(await startRedis(t, args, tls === undefined ? {} : { tls }));
   }
+  const cliAuth = [...(password === undefined ? [] : ['-a', password, '--no-auth-warning']), ...(tls === undefined ? [] : ['--tls', '--cacert', tls.cert])];
   const cli = async (port: number, ...args: string[]): Promise<string> =>
-    (await run(CLI, ['-h', '127.0.0.1', '-p', String(port), ...args], { timeout: timeoutMs })).stdout.trim();
+    (await run(CLI, ['-h', '127.0.0.1', '-p', String(port), ...cliAuth, ...args], { timeout: timeoutMs })).stdout.trim();
 
+  // redis-cli makes the first `masters` nodes the masters, in slot order, and the rest replicas.
   await run(
     CLI,
-    ['--cluster', 'create', ...nodes.map((node) => `127.0.0.1:${node.port}`), '--cluster-replicas', '0', '--cluster-yes'],
+    [...cliAuth, '--cluster', 'create', ...nodes.map((node) => `127.0.0.1:${node.port}`), '--cluster-replicas', String(replicas), '--cluster-yes'],
     { timeout: timeoutMs },
   );
   const deadline = Date.now() + timeoutMs;
@@ -52,5 +71,7 @@ export async function startRedisCluster(t: TestContext, size = 3, timeoutMs = 20
       await new Promise((resolve) => setTimeout(resolve, 50));
     }
   }
-  return { nodes, urls: nodes.map((node) => node.url), cli };
+  const userinfo = password === undefined ? '' : `:${encodeURIComponent(password)}@`;
+  const urls = nodes.slice(0, masters).map((node) => node.url.replace('://', `://${userinfo}`));
+  return { nodes, urls, cli };
 }

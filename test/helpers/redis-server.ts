@@ -2,9 +2,11 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import type { TestContext } from 'node:test';
+import { onCleanup } from './cleanup.js';
 
 export interface TestRedis {
   readonly port: number;
+  /** `redis://127.0.0.1:<port>`, or `rediss://` when started with `tls`. */
   readonly url: string;
   /** SIGKILL: the server vanishes mid-conversation, connections are reset. */
   kill(): Promise<void>;
@@ -18,23 +20,40 @@ export interface TestRedis {
 /** The redis-server binary: `REDIS_SERVER`, else the one on PATH (.ci/run installs it). */
 const BINARY = process.env.REDIS_SERVER ?? 'redis-server';
 
+/** PEM files for a TLS server (see tls-files.ts). */
+export interface TestTlsFiles {
+  readonly cert: string;
+  readonly key: string;
+}
+
+export interface TestRedisOptions {
+  /** Config file given first (sentinels need one they can rewrite). */
+  readonly configFile?: string;
+  /** Serve TLS only, on the port, with this certificate (clients are not asked for one). */
+  readonly tls?: TestTlsFiles;
+}
+
 /**
  * A real redis-server started for one test on a free port, without persistence, stopped when the
  * test ends. Tests that need Redis faults (kill, freeze) use this rather than a shared server.
  */
-export async function startRedis(t: TestContext, extraArgs: string[] = []): Promise<TestRedis> {
+export async function startRedis(t: TestContext, extraArgs: string[] = [], options: TestRedisOptions = {}): Promise<TestRedis> {
   const port = await freePort();
   let child: ChildProcess | undefined;
+  const { tls } = options;
+  const listen = tls === undefined
+    ? ['--port', String(port)]
+    : ['--port', '0', '--tls-port', String(port), '--tls-cert-file', tls.cert, '--tls-key-file', tls.key, '--tls-ca-cert-file', tls.cert, '--tls-auth-clients', 'no'];
 
   async function start(): Promise<void> {
-    const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'no', ...extraArgs];
+    const args = [...(options.configFile === undefined ? [] : [options.configFile]), ...listen, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'no', ...extraArgs];
     const proc = spawn(BINARY, args, { stdio: ['ignore', 'pipe', 'pipe'] });
     child = proc;
     await new Promise<void>((resolve, reject) => {
       let output = '';
       const onData = (data: Buffer) => {
         output += data.toString();
-        if (output.includes('Ready to accept connections')) {
+        if (output.includes('Ready to accept connections') || output.includes('Sentinel ID is')) {
           proc.stdout!.off('data', onData);
           proc.stdout!.resume();
           resolve();
@@ -56,10 +75,10 @@ export async function startRedis(t: TestContext, extraArgs: string[] = []): Prom
   }
 
   await start();
-  t.after(() => stop('SIGKILL'));
+  onCleanup(t, () => stop('SIGKILL'));
   return {
     port,
-    url: `redis://127.0.0.1:${port}`,
+    url: `${tls === undefined ? 'redis' : 'rediss'}://127.0.0.1:${port}`,
     kill: () => stop('SIGKILL'),
     freeze: () => void child?.kill('SIGSTOP'),
     thaw: () => void child?.kill('SIGCONT'),
