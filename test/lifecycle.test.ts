@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { KEY, OTHER_KEY, testConfig, v1, waitFor } from './helpers/perch.js';
+import { tempDir } from './helpers/temp-dir.js';
 import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
 
 const MAIN = fileURLToPath(new URL('../src/main.js', import.meta.url));
@@ -21,7 +21,7 @@ interface Child {
 /** perch as a real process, as an operator runs it, so signals are real signals. */
 async function spawnPerch(t: TestContext, configPath: string): Promise<Child> {
   const child = spawn(process.execPath, [MAIN, '--config', configPath], { env: { PATH: process.env.PATH }, stdio: ['ignore', 'pipe', 'pipe'] });
-  t.after(() => child.kill('SIGKILL'));
+  t.after(() => void child.kill('SIGKILL'));
   let output = '';
   child.stdout.on('data', (d) => (output += d));
   child.stderr.on('data', (d) => (output += d));
@@ -39,9 +39,9 @@ function writeConfig(path: string, text: string): string {
 
 const get = (url: string, key: string) => fetch(url, { headers: { 'x-api-key': key } });
 
-test('SIGTERM lets a slow in-flight request finish with 200, then exits 0', async (t) => {
+test('SIGTERM lets a slow in-flight request finish with 200, then exits 0', { timeout: 30_000 }, async (t) => {
   const upstream = await startUpstream(t, (req, res) => void setTimeout(() => sampleProvider(req, res), 400));
-  const dir = mkdtempSync(join(tmpdir(), 'perch-life-'));
+  const dir = tempDir(t, 'perch-life-');
   const perch = await spawnPerch(t, writeConfig(join(dir, 'perch.yaml'), testConfig(v1('slow', upstream.url))));
   const pending = get(`${perch.url}/v1/users/42`, KEY);
   await waitFor(() => upstream.requests.length === 1);
@@ -54,9 +54,9 @@ test('SIGTERM lets a slow in-flight request finish with 200, then exits 0', asyn
   assert.match(perch.output(), /perch stopped/);
 });
 
-test('SIGTERM closes connections still busy after server.shutdown_grace_ms and exits 0', async (t) => {
+test('SIGTERM closes connections still busy after server.shutdown_grace_ms and exits 0', { timeout: 30_000 }, async (t) => {
   const upstream = await startUpstream(t, () => {});
-  const dir = mkdtempSync(join(tmpdir(), 'perch-life-'));
+  const dir = tempDir(t, 'perch-life-');
   const yaml = testConfig(v1('stuck', upstream.url, 'timeout_ms: 60000')).replace('port: 0 }', 'port: 0, shutdown_grace_ms: 200 }');
   const perch = await spawnPerch(t, writeConfig(join(dir, 'perch.yaml'), yaml));
   const pending = get(`${perch.url}/v1/users/42`, KEY).then(
@@ -71,8 +71,8 @@ test('SIGTERM closes connections still busy after server.shutdown_grace_ms and e
   assert.ok(Date.now() - started < 5000, 'did not wait for the upstream timeout');
 });
 
-test('SIGHUP applies added and removed keys without a restart; a broken file keeps the running config', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'perch-life-'));
+test('SIGHUP applies added and removed keys without a restart; a broken file keeps the running config', { timeout: 30_000 }, async (t) => {
+  const dir = tempDir(t, 'perch-life-');
   const path = join(dir, 'perch.yaml');
   const initial = testConfig('demo: { kind: fixture }');
   const perch = await spawnPerch(t, writeConfig(path, initial));

@@ -1,15 +1,15 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { request } from 'node:https';
 import { connect } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { ConfigError, parseConfig } from '../src/config/load.js';
 import { createPerch } from '../src/server/server.js';
 import { captureLogs } from './helpers/log-capture.js';
 import { KEY, startPerch, testConfig } from './helpers/perch.js';
+import { tempDir } from './helpers/temp-dir.js';
 
 /** The test configuration with more `server` keys. */
 function withServer(keys: string): string {
@@ -27,7 +27,7 @@ function raw(port: number, text: string): Promise<string> {
   });
 }
 
-test('a request head over server.max_header_bytes is answered 431 in the error shape', async (t) => {
+test('a request head over server.max_header_bytes is answered 431 in the error shape', { timeout: 20_000 }, async (t) => {
   const perch = await startPerch(t, withServer('max_header_bytes: 2048'));
   const port = Number(new URL(perch.url).port);
   const answer = await raw(port, `GET /v1/users/1 HTTP/1.1\r\nhost: x\r\nx-api-key: ${KEY}\r\nx-big: ${'a'.repeat(4096)}\r\n\r\n`);
@@ -64,8 +64,8 @@ metrics: { port: 70000 }`;
   assert.equal(defaults.tls, undefined);
 });
 
-test('server.tls serves HTTPS with the given certificate', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'perch-tls-'));
+test('server.tls serves HTTPS with the given certificate', { timeout: 20_000 }, async (t) => {
+  const dir = tempDir(t, 'perch-tls-');
   const cert = join(dir, 'cert.pem');
   const key = join(dir, 'key.pem');
   execFileSync('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', key, '-out', cert, '-days', '1', '-subj', '/CN=localhost', '-addext', 'subjectAltName=IP:127.0.0.1'], { stdio: 'ignore' });

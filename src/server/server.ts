@@ -2,6 +2,7 @@ import type { Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Dispatcher } from 'undici';
 import { PurgeRoute } from '../admin/purge.js';
+import { StatusRoute } from '../admin/status.js';
 import { createCache } from '../cache/create-cache.js';
 import type { TieredCache } from '../cache/tiered-cache.js';
 import { systemClock, type Clock } from '../clock.js';
@@ -9,6 +10,8 @@ import type { Config } from '../config/types.js';
 import type { Logger } from '../observability/logger.js';
 import { PerchMetrics } from '../observability/metrics.js';
 import { RateLimits } from '../ratelimit/rate-limits.js';
+import { systemTimers, type Timers } from '../timers.js';
+import { createProviderState } from '../upstream/guard/create-provider-state.js';
 import { createApiServer, createMetricsServer, drain } from './listener.js';
 import { PublicRoutes } from './public-routes.js';
 import { createRequestHandler } from './request-handler.js';
@@ -19,6 +22,8 @@ export interface PerchOptions {
   readonly logger: Logger;
   /** Default: the system clock. */
   readonly clock?: Clock;
+  /** Default: the system timers. Tests pass a ManualClock for both. */
+  readonly timers?: Timers;
   /** Per-upstream undici dispatcher overrides, by upstream name. */
   readonly dispatchers?: Readonly<Record<string, Dispatcher>>;
 }
@@ -39,6 +44,11 @@ export interface Perch {
    */
   reload(config: Config): void;
   /**
+   * Records a reload whose configuration was refused: the running configuration keeps serving,
+   * and metrics and `/readyz` say the file on disk is not what runs.
+   */
+  reloadFailed(): void;
+  /**
    * Stops accepting, lets in-flight requests finish within `server.shutdown_grace_ms`, closes
    * the connections left, then releases upstream connections and Redis.
    */
@@ -49,10 +59,12 @@ export interface Perch {
 export function createPerch(options: PerchOptions): Perch {
   const { config, logger } = options;
   const clock = options.clock ?? systemClock;
+  const timers = options.timers ?? systemTimers;
   const metrics = new PerchMetrics();
-  const runtime = new Runtime(config, { clock, logger, metrics, dispatchers: options.dispatchers });
-  const rateLimits = new RateLimits(config, { clock, logger });
   const tiers = createCache(config, { clock, logger });
+  const rateLimits = new RateLimits(config, { clock, logger, cacheRedis: tiers.redis });
+  const providerState = createProviderState(config, { clock, logger, redis: rateLimits.redis });
+  const runtime = new Runtime(config, { clock, timers, logger, metrics, providerState, dispatchers: options.dispatchers });
   const handler = createRequestHandler({
     get config() {
       return runtime.current.config;
@@ -60,26 +72,45 @@ export function createPerch(options: PerchOptions): Perch {
     get keys() {
       return runtime.current.keys;
     },
+    get verifier() {
+      return runtime.current.verifier;
+    },
     get upstreams() {
       return runtime.current.upstreams;
     },
-    ...tiers,
+    cache: tiers.cache,
+    ...(tiers.sharedFlights === undefined ? {} : { sharedFlights: tiers.sharedFlights }),
     rateLimits,
     clock,
     logger,
     metrics,
   });
   metrics.addCacheTier(tiers.cache.memory);
+  metrics.addEvictionCount(() => tiers.cache.memory.evictions);
+  // Prometheus's own names for the same facts (prometheus_config_last_reload_*), so alerts carry over.
+  metrics.addStateGauge('perch_config_last_reload_successful', 'Whether the latest configuration load (start-up or SIGHUP) succeeded (1) or was refused (0).', () =>
+    runtime.reloadStatus.successful ? 1 : 0,
+  );
+  metrics.addStateGauge(
+    'perch_config_last_reload_success_timestamp_seconds',
+    'When the running configuration was loaded, in seconds since the epoch.',
+    () => runtime.reloadStatus.lastSuccessMs / 1000,
+  );
   const routes = new PublicRoutes({ runtime, metrics, serveMetrics: config.metrics.port === undefined, logger });
   if (tiers.cache.shared) {
-    // The Redis breaker is the live view of whether Redis answers: closed means it does.
-    metrics.addStateGauge('perch_redis_up', 'Whether the Redis cache tier answers (1) or is bypassed (0).', () =>
-      tiers.cache.redisState === 'closed' ? 1 : 0,
-    );
-    routes.addReadinessCheck('redis', () => tiers.cache.redisState === 'closed');
+    // Up means connected now and not bypassed: a Redis never reached since boot has a closed
+    // breaker (nothing failed yet) but serves nothing.
+    const redisUp = () => tiers.cache.redisConnected === true && tiers.cache.redisState === 'closed';
+    metrics.addStateGauge('perch_redis_up', 'Whether the Redis cache tier is connected and answers (1) or not (0).', () => (redisUp() ? 1 : 0));
+    routes.addReadinessCheck('redis', redisUp);
   }
   const purge = new PurgeRoute({ runtime, cache: tiers.cache, metrics, logger });
-  const server = createApiServer(config.server, (req, res) => routes.handle(req, res) || purge.handle(req, res) || handler(req, res), logger);
+  const status = new StatusRoute({ runtime, cache: tiers.cache, metrics, logger });
+  const server = createApiServer(
+    config.server,
+    (req, res) => routes.handle(req, res) || purge.handle(req, res) || status.handle(req, res) || handler(req, res),
+    logger,
+  );
   const metricsServer = config.metrics.port === undefined ? undefined : createMetricsServer((req, res) => routes.handleMetricsOnly(req, res));
 
   return {
@@ -92,6 +123,7 @@ export function createPerch(options: PerchOptions): Perch {
     },
     metricsAddress: () => (metricsServer?.listening === true ? (metricsServer.address() as AddressInfo) : undefined),
     reload: (next) => runtime.replace(next),
+    reloadFailed: () => runtime.rejected(),
     close: async () => {
       const grace = config.server.shutdown_grace_ms;
       const deadline = performance.now() + grace;

@@ -49,6 +49,7 @@ function reload({ perch, logger, configPath, env }: SignalOptions): void {
     perch.reload(loadConfigFile(configPath, env));
     logger.info({ config: configPath }, 'configuration reloaded');
   } catch (error) {
+    perch.reloadFailed();
     if (!(error instanceof ConfigError)) {
       logger.error({ err: error, config: configPath }, 'reload failed: keeping the running configuration');
       return;

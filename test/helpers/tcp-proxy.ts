@@ -1,5 +1,6 @@
 import { createConnection, createServer, type AddressInfo, type Socket } from 'node:net';
 import type { TestContext } from 'node:test';
+import { onCleanup } from './cleanup.js';
 
 export interface TcpProxy {
   /** `redis://` URL of the proxy, for a client that should reach the target through it. */
@@ -36,7 +37,7 @@ export async function startTcpProxy(t: TestContext, targetPort: number): Promise
   const dropAll = () => {
     for (const socket of open) socket.destroy();
   };
-  t.after(() => {
+  onCleanup(t, () => {
     dropAll();
     return new Promise<void>((resolve) => server.close(() => resolve()));
   });

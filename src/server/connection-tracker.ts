@@ -1,0 +1,165 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+
+/** One client connection as the tracker sees it. */
+interface Connection {
+  /** The TCP socket; destroying it ends the connection whatever runs on top. */
+  readonly tcp: Socket;
+  /** The socket HTTP runs on: `tcp` itself, or the TLS socket wrapped around it. */
+  http: Socket;
+  /** Requests received and not yet answered (more than one when pipelined). */
+  inflight: number;
+  /** The latest request and its response, for errors arriving while it is answered. */
+  req?: IncomingMessage;
+  res?: ServerResponse;
+  /** `http.bytesRead` when the connection last became idle: more since means a head began. */
+  readAtIdle: number;
+  gone: boolean;
+  /** TLS only: the peer address, the key of `#byPeer` (read once: it is gone after a close). */
+  readonly peer?: string;
+}
+
+/**
+ * Keeps `server.max_connections` without locking clients out. Node's own `maxConnections`
+ * refuses the newest connection, so a flood of connections that never send anything (or send
+ * their head a byte at a time) keeps every real client out until they time out. Here the newest
+ * is always admitted and, at the cap, the oldest connection that has never sent a request is
+ * closed, else the longest-idle keep-alive one: both cost their client at most a reconnect.
+ * Only when every connection is mid-request is the new one refused.
+ *
+ * It also knows, per socket, whether a request is being answered, which the client-error handler
+ * needs, and applies draining: once `drain()` is called, every response says `Connection: close`.
+ */
+export class ConnectionTracker {
+  readonly #max: number;
+  readonly #tls: boolean;
+  // Sets iterate in insertion order: the first element is the oldest.
+  readonly #silent = new Set<Connection>();
+  readonly #idle = new Set<Connection>();
+  readonly #busy = new Set<Connection>();
+  readonly #bySocket = new WeakMap<Socket, Connection>();
+  /** TLS only: the HTTP socket is created after the TCP one, found again by its peer address. */
+  readonly #byPeer = new Map<string, Connection>();
+  #open = 0;
+  #draining = false;
+
+  constructor(maxConnections: number, tls: boolean) {
+    this.#max = maxConnections;
+    this.#tls = tls;
+  }
+
+  /** A new TCP connection (the server's `connection` event). */
+  accept(tcp: Socket): void {
+    if (this.#open >= this.#max) {
+      const victim = first(this.#silent) ?? first(this.#idle);
+      if (victim === undefined) {
+        tcp.destroy();
+        return;
+      }
+      this.#forget(victim);
+      victim.tcp.destroy();
+    }
+    const connection: Connection = { tcp, http: tcp, inflight: 0, readAtIdle: 0, gone: false, ...(this.#tls ? { peer: peer(tcp) } : {}) };
+    this.#open++;
+    this.#silent.add(connection);
+    this.#bySocket.set(tcp, connection);
+    if (connection.peer !== undefined) this.#byPeer.set(connection.peer, connection);
+    tcp.once('close', () => this.#forget(connection));
+  }
+
+  /** TLS only: the handshake finished; `tls` is the socket requests will arrive on. */
+  secured(tls: Socket): void {
+    const connection = this.#byPeer.get(peer(tls));
+    if (connection === undefined) return;
+    connection.http = tls;
+    this.#bySocket.set(tls, connection);
+  }
+
+  /** A request arrived (`request` or `checkExpectation`). */
+  request(req: IncomingMessage, res: ServerResponse): void {
+    const connection = this.#bySocket.get(req.socket);
+    if (this.#draining) res.shouldKeepAlive = false;
+    if (connection === undefined) return;
+    if (connection.inflight === 0) {
+      this.#silent.delete(connection);
+      this.#idle.delete(connection);
+      this.#busy.add(connection);
+    }
+    connection.inflight++;
+    connection.req = req;
+    connection.res = res;
+    res.once('close', () => this.#answered(connection));
+  }
+
+  /**
+   * The request being received or answered on `socket`, if any, so an error arriving meanwhile
+   * can tell whether an answer has begun; and whether the client sent anything since it last
+   * went idle (a timeout with nothing received deserves a close, not a 408).
+   */
+  state(socket: Socket): { req?: IncomingMessage; res?: ServerResponse; receivedSinceIdle: boolean } {
+    const connection = this.#bySocket.get(socket);
+    if (connection === undefined) return { receivedSinceIdle: socket.bytesRead > 0 };
+    const busy = connection.inflight > 0 || connection.req?.complete === false;
+    return {
+      ...(busy ? { req: connection.req, res: connection.res } : {}),
+      receivedSinceIdle: connection.http.bytesRead > connection.readAtIdle,
+    };
+  }
+
+  /**
+   * From now on every response says `Connection: close`; responses not yet begun are switched
+   * too, and connections whose answer already promised keep-alive are ended once it is sent.
+   */
+  drain(): void {
+    this.#draining = true;
+    for (const connection of this.#busy) {
+      if (connection.res?.headersSent === false) connection.res.shouldKeepAlive = false;
+    }
+    this.closeIdle();
+  }
+
+  /**
+   * Closes every connection not answering a request: idle keep-alive ones, and ones that never
+   * sent a request (Node's `closeIdleConnections` leaves those open until their head times out).
+   */
+  closeIdle(): void {
+    for (const set of [this.#silent, this.#idle]) {
+      for (const connection of set) {
+        this.#forget(connection);
+        connection.tcp.destroy();
+      }
+    }
+  }
+
+  #answered(connection: Connection): void {
+    connection.inflight--;
+    if (connection.inflight > 0 || connection.gone) return;
+    this.#busy.delete(connection);
+    if (this.#draining) {
+      // The answer may have promised keep-alive before the drain began: end it ourselves.
+      connection.http.end();
+      return;
+    }
+    connection.readAtIdle = connection.http.bytesRead;
+    this.#idle.add(connection);
+  }
+
+  #forget(connection: Connection): void {
+    if (connection.gone) return;
+    connection.gone = true;
+    this.#open--;
+    this.#silent.delete(connection);
+    this.#idle.delete(connection);
+    this.#busy.delete(connection);
+    if (connection.peer !== undefined) this.#byPeer.delete(connection.peer);
+  }
+}
+
+function first<T>(set: Set<T>): T | undefined {
+  for (const item of set) return item;
+  return undefined;
+}
+
+function peer(socket: Socket): string {
+  return `${socket.remoteAddress}|${socket.remotePort}`;
+}
