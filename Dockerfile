@@ -1,6 +1,12 @@
 # syntax=docker/dockerfile:1
+# The base image is pinned by tag only: pin it by digest too where you build, e.g.
+#   docker buildx imagetools inspect node:24.21.0-bookworm-slim --format '{{json .Manifest.Digest}}'
+# then FROM node:24.21.0-bookworm-slim@sha256:<digest> in both stages (no registry was reachable
+# when this file was written, so no digest is recorded here rather than an unchecked one).
+ARG NODE_IMAGE=node:24.21.0-bookworm-slim
+
 # Build stage: compile TypeScript with the dev dependencies, then keep only production ones.
-FROM node:24.21.0-bookworm-slim AS build
+FROM ${NODE_IMAGE} AS build
 WORKDIR /app
 COPY package.json package-lock.json tsconfig.json ./
 RUN npm ci --no-audit --no-fund
@@ -8,23 +14,28 @@ COPY src ./src
 COPY test ./test
 RUN npm run build && npm prune --omit=dev
 
-# Runtime stage: compiled code and production dependencies only, as an unprivileged user.
-FROM node:24.21.0-bookworm-slim
+# Runtime stage: compiled code and production dependencies only, as an unprivileged user. No
+# configuration is baked in (the demo one holds a public key): mount one at /etc/perch/perch.yaml
+# or set PERCH_CONFIG, or perch exits 2 saying it cannot read the configuration file.
+FROM ${NODE_IMAGE}
+# VERSION matches package.json (a test checks it); SOURCE is the repository URL, given at build
+# time (docker build --build-arg SOURCE=https://...) because this file cannot know where it lives.
+ARG VERSION=0.1.0
+ARG SOURCE=""
+LABEL org.opencontainers.image.title="perch" \
+      org.opencontainers.image.description="Caching, rate-limiting reverse proxy for a read-only social-account data API" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.source="${SOURCE}" \
+      org.opencontainers.image.licenses="MIT"
 ENV NODE_ENV=production
-# The bundled demo configuration binds ${PERCH_HOST:-127.0.0.1}; inside a container only
-# 0.0.0.0 is reachable through a published port. Mount your own file over /etc/perch/perch.yaml.
-ENV PERCH_HOST=0.0.0.0
+ENV PERCH_CONFIG=/etc/perch/perch.yaml
 WORKDIR /app
 COPY --from=build /app/package.json ./
 COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist/src ./dist/src
-COPY config/perch.yaml /etc/perch/perch.yaml
 RUN ln -s /app/dist/src/main.js /usr/local/bin/perch && chmod +x /app/dist/src/main.js
 USER node
 EXPOSE 8080
-# Liveness through the same listener clients use; override the URL when the port or scheme differ.
-ENV PERCH_HEALTH_URL=http://127.0.0.1:8080/healthz
-HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
-  CMD ["node", "-e", "fetch(process.env.PERCH_HEALTH_URL).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+# Reads the same configuration as the server, so it asks the configured port and scheme.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 CMD ["perch", "--health-check"]
 ENTRYPOINT ["perch"]
-CMD ["--config", "/etc/perch/perch.yaml"]

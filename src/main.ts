@@ -1,11 +1,14 @@
 #!/usr/bin/env node
 import { parseCommand, USAGE } from './cli.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
+import { checkStartupFiles } from './config/startup-files.js';
 import type { Config } from './config/types.js';
 import { DEMO_KEY, hasDemoKey } from './demo-key.js';
+import { healthCheck } from './health-check.js';
 import { createLogger } from './observability/logger.js';
 import { createPerch } from './server/server.js';
 import { handleSignals } from './server/signals.js';
+import { PERCH_VERSION } from './version.js';
 
 /** Exit status for an unusable configuration or command line, as `--check-config` documents. */
 const EXIT_CONFIG = 2;
@@ -16,6 +19,10 @@ async function main(): Promise<void> {
     process.stdout.write(`${USAGE}\n`);
     return;
   }
+  if (command.kind === 'version') {
+    process.stdout.write(`${PERCH_VERSION}\n`);
+    return;
+  }
   if (command.kind === 'usage_error') {
     process.stderr.write(`perch: ${command.message}\n${USAGE}\n`);
     process.exitCode = EXIT_CONFIG;
@@ -24,6 +31,10 @@ async function main(): Promise<void> {
   let config: Config;
   try {
     config = loadConfigFile(command.configPath, process.env);
+    if (command.kind === 'check') {
+      const problems = checkStartupFiles(config);
+      if (problems.length > 0) throw new ConfigError(problems, command.configPath);
+    }
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     process.stderr.write(`perch: ${command.configPath} is not a valid configuration:\n`);
@@ -35,22 +46,31 @@ async function main(): Promise<void> {
     process.stdout.write(`perch: ${command.configPath} is valid\n`);
     return;
   }
+  if (command.kind === 'health_check') {
+    const { ok, detail } = await healthCheck(config.server);
+    if (!ok) process.stderr.write(`perch: unhealthy: ${detail}\n`);
+    process.exitCode = ok ? 0 : 1;
+    return;
+  }
   await serve(config, command.configPath);
 }
 
 async function serve(config: Config, configPath: string): Promise<void> {
   const logger = createLogger(config.log);
+  logger.info({ version: PERCH_VERSION, node: process.version, config: configPath }, `perch ${PERCH_VERSION} starting`);
   const perch = createPerch({ config, logger });
   const address = await perch.listen();
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const base = `${config.server.tls === undefined ? 'http' : 'https'}://${host}:${address.port}`;
   const metricsPort = perch.metricsAddress()?.port;
   logger.info({ address: base, ...(metricsPort === undefined ? {} : { metrics_port: metricsPort }) }, 'perch listening');
+  // stdout carries JSON log lines only, so line-by-line log shippers never meet plain text;
+  // the line for the person at the terminal goes to stderr.
   if (hasDemoKey(config)) {
     logger.warn('the public demo key is enabled: remove it from auth.keys before exposing perch');
-    process.stdout.write(`perch is up. Try: curl -H 'X-API-Key: ${DEMO_KEY}' ${base}/v1/users/by/username/perch_demo\n`);
+    process.stderr.write(`perch is up. Try: curl -H 'X-API-Key: ${DEMO_KEY}' ${base}/v1/users/by/username/perch_demo\n`);
   } else {
-    process.stdout.write(`perch is up on ${base}\n`);
+    process.stderr.write(`perch is up on ${base}\n`);
   }
 
   handleSignals({ perch, logger, configPath, env: process.env });

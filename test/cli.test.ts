@@ -1,12 +1,15 @@
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { DEMO_KEY } from '../src/demo-key.js';
+import { PERCH_VERSION } from '../src/version.js';
 import { waitFor } from './helpers/perch.js';
+import { tempDir } from './helpers/temp-dir.js';
+import { selfSignedCertificate } from './helpers/tls-files.js';
 
 const MAIN = fileURLToPath(new URL('../src/main.js', import.meta.url));
 const DEMO_CONFIG = fileURLToPath(new URL('../../config/perch.yaml', import.meta.url));
@@ -17,9 +20,13 @@ interface Run {
   stderr: string;
 }
 
-function run(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Run> {
+const T = { timeout: 20_000 };
+
+/** Runs the CLI to its exit; killed if the test ends first. */
+function run(t: TestContext, args: string[], env: NodeJS.ProcessEnv = {}): Promise<Run> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [MAIN, ...args], { env: { PATH: process.env.PATH, ...env } });
+    t.after(() => void child.kill('SIGKILL'));
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));
@@ -28,26 +35,27 @@ function run(args: string[], env: NodeJS.ProcessEnv = {}): Promise<Run> {
   });
 }
 
-function writeConfig(text: string): string {
-  const path = join(mkdtempSync(join(tmpdir(), 'perch-cli-')), 'perch.yaml');
+/** A config file in a temporary directory removed when the test ends. */
+function writeConfig(t: TestContext, text: string): string {
+  const path = join(tempDir(t, 'perch-cli-'), 'perch.yaml');
   writeFileSync(path, text);
   return path;
 }
 
-test('--check-config accepts the demo configuration', async () => {
-  const result = await run(['--check-config', '--config', DEMO_CONFIG]);
+test('--check-config accepts the demo configuration', T, async (t) => {
+  const result = await run(t, ['--check-config', '--config', DEMO_CONFIG]);
   assert.equal(result.code, 0, result.stderr);
   assert.match(result.stdout, /is valid/);
 });
 
-test('--check-config exits 2 listing every problem with its key path', async () => {
-  const path = writeConfig(`
+test('--check-config exits 2 listing every problem with its key path', T, async (t) => {
+  const path = writeConfig(t, `
 auth: { keys: [ { id: a, key: "\${MISSING_SECRET_VAR}", plan: nope } ] }
 rate_limits: { small: { capacity: 0, refill_per_second: 1 } }
 upstreams: { demo: { kind: fixture } }
 server: { port: 99999 }
 `);
-  const result = await run(['--check-config', '--config', path]);
+  const result = await run(t, ['--check-config', '--config', path]);
   assert.equal(result.code, 2);
   for (const expected of [
     'auth.keys[0].key: environment variable MISSING_SECRET_VAR is not set',
@@ -59,39 +67,42 @@ server: { port: 99999 }
   }
 });
 
-test('a normal start with a bad configuration exits 2 the same way, and PERCH_CONFIG names the file', async () => {
-  const path = writeConfig('rate_limits: { small: { capacity: -1, refill_per_second: 1 } }\n');
-  const result = await run([], { PERCH_CONFIG: path });
+test('a normal start with a bad configuration exits 2 the same way, and PERCH_CONFIG names the file', T, async (t) => {
+  const path = writeConfig(t, 'rate_limits: { small: { capacity: -1, refill_per_second: 1 } }\n');
+  const result = await run(t, [], { PERCH_CONFIG: path });
   assert.equal(result.code, 2);
   assert.match(result.stderr, /rate_limits\.small\.capacity: must be a positive integer/);
   assert.match(result.stderr, /upstreams: is required/);
 });
 
-test('a missing config file or no config at all exits 2 with a message', async () => {
-  const missing = await run(['--config', '/nonexistent/perch.yaml']);
+test('a missing config file or no config at all exits 2 with a message', T, async (t) => {
+  const missing = await run(t, ['--config', '/nonexistent/perch.yaml']);
   assert.equal(missing.code, 2);
   assert.match(missing.stderr, /\/nonexistent\/perch\.yaml/);
-  const none = await run([]);
+  const none = await run(t, []);
   assert.equal(none.code, 2);
   assert.match(none.stderr, /--config/);
-  const unknown = await run(['--bogus']);
+  const unknown = await run(t, ['--bogus']);
   assert.equal(unknown.code, 2);
 });
 
-test('the demo configuration serves fixture data to the printed curl line and stops on SIGTERM', async (t: TestContext) => {
+test('the demo configuration serves fixture data to the printed curl line and stops on SIGTERM; stdout is JSON only', T, async (t) => {
   const child = spawn(process.execPath, [MAIN, '--config', DEMO_CONFIG], {
     env: { PATH: process.env.PATH, PERCH_PORT: '0' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  t.after(() => child.kill('SIGKILL'));
+  t.after(() => void child.kill('SIGKILL'));
   let stdout = '';
+  let stderr = '';
   child.stdout.on('data', (d) => (stdout += d));
+  child.stderr.on('data', (d) => (stderr += d));
+  // The line for a person goes to stderr, so log shippers reading stdout see JSON lines only.
   const line = await new Promise<string>((resolve, reject) => {
-    child.stdout.on('data', () => {
-      const match = /Try: (curl .*)\n/.exec(stdout);
+    child.stderr.on('data', () => {
+      const match = /Try: (curl .*)\n/.exec(stderr);
       if (match) resolve(match[1]!);
     });
-    child.on('exit', () => reject(new Error(`perch exited early: ${stdout}`)));
+    child.on('exit', () => reject(new Error(`perch exited early: ${stderr}`)));
   });
   const url = /(http:\/\/127\.0\.0\.1:\d+\/\S+)/.exec(line)![1]!;
   assert.ok(line.includes(`X-API-Key: ${DEMO_KEY}`));
@@ -105,4 +116,92 @@ test('the demo configuration serves fixture data to the printed curl line and st
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   child.kill('SIGTERM');
   assert.equal(await exited, 0);
+  const lines = stdout.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as Record<string, unknown>);
+  assert.deepEqual([lines[0]!.msg, lines[0]!.version, lines[0]!.node], [`perch ${PERCH_VERSION} starting`, PERCH_VERSION, process.version]);
 });
+
+test('--version prints the package version', T, async (t) => {
+  const result = await run(t, ['--version']);
+  assert.equal(result.code, 0);
+  const pkg = JSON.parse(readFileSync(fileURLToPath(new URL('../../package.json', import.meta.url)), 'utf8')) as { version: string };
+  assert.equal(result.stdout, `${pkg.version}\n`);
+  assert.equal(PERCH_VERSION, pkg.version);
+});
+
+test('--check-config reads the TLS and CA files a start-up would, naming the key and never the content', T, async (t) => {
+  const tls = await selfSignedCertificate(t);
+  const base = `
+auth: { keys: [ { id: a, key: "cli-test-key-0123456789", plan: p } ] }
+rate_limits: { p: { capacity: 1, refill_per_second: 1 } }
+upstreams: { demo: { kind: fixture } }
+`;
+  const good = await run(t, ['--check-config', '--config', writeConfig(t, `${base}server: { tls: { cert_file: ${tls.cert}, key_file: ${tls.key} } }\n`)]);
+  assert.equal(good.code, 0, good.stderr);
+
+  const missing = join(tls.dir, 'absent.pem');
+  const absent = await run(t, ['--check-config', '--config', writeConfig(t, `${base}server: { tls: { cert_file: ${missing}, key_file: ${tls.key} } }\n`)]);
+  assert.equal(absent.code, 2);
+  assert.match(absent.stderr, new RegExp(`server\\.tls\\.cert_file: cannot read ${missing} \\(ENOENT\\)`));
+
+  // Certificate and key swapped: both readable, neither usable.
+  const swapped = await run(t, ['--check-config', '--config', writeConfig(t, `${base}server: { tls: { cert_file: ${tls.key}, key_file: ${tls.cert} } }\n`)]);
+  assert.equal(swapped.code, 2);
+  assert.match(swapped.stderr, /server\.tls: the certificate and key are not usable/);
+  assert.ok(!swapped.stderr.includes('PRIVATE KEY'), swapped.stderr);
+
+  const notCa = join(tls.dir, 'not-a-ca.pem');
+  writeFileSync(notCa, 'not a certificate\n');
+  const ca = await run(t, ['--check-config', '--config', writeConfig(t, `${base}cache: { redis: { url: "rediss://127.0.0.1:1", tls_ca_file: ${notCa} } }\n`)]);
+  assert.equal(ca.code, 2);
+  assert.match(ca.stderr, new RegExp(`cache\\.redis\\.tls_ca_file: ${notCa} holds no PEM certificate`));
+});
+
+test('--health-check asks the configured port; a refused SIGHUP reload is visible in metrics and /readyz until a good one', T, async (t) => {
+  const port = await freePort();
+  const config = `
+server: { host: 0.0.0.0, port: ${port} }
+auth: { keys: [ { id: a, key: "cli-test-key-0123456789", plan: p } ] }
+rate_limits: { p: { capacity: 100, refill_per_second: 100 } }
+upstreams: { demo: { kind: fixture } }
+`;
+  const path = writeConfig(t, config);
+  const down = await run(t, ['--health-check', '--config', path]);
+  assert.equal(down.code, 1);
+  assert.match(down.stderr, /perch: unhealthy: .*ECONNREFUSED/);
+
+  const child = spawn(process.execPath, [MAIN, '--config', path], { env: { PATH: process.env.PATH }, stdio: ['ignore', 'ignore', 'pipe'] });
+  t.after(() => void child.kill('SIGKILL'));
+  let stderr = '';
+  child.stderr.on('data', (d) => (stderr += d));
+  await waitFor(() => stderr.includes('perch is up'), 10_000);
+  const up = await run(t, ['--health-check'], { PERCH_CONFIG: path });
+  assert.equal(up.code, 0, up.stderr);
+
+  const base = `http://127.0.0.1:${port}`;
+  const reloadOk = async () => /^perch_config_last_reload_successful 1$/m.test(await (await fetch(`${base}/metrics`)).text());
+  assert.ok(await reloadOk());
+  writeFileSync(path, `${config}log: { level: [info\n`);
+  child.kill('SIGHUP');
+  await waitFor(async () => !(await reloadOk()));
+  const ready = (await (await fetch(`${base}/readyz`)).json()) as { status: string; checks: { config: string } };
+  assert.equal(ready.status, 'degraded');
+  assert.match(ready.checks.config, /^last reload failed at /);
+  assert.equal((await fetch(`${base}/v1/users/1`, { headers: { 'x-api-key': 'cli-test-key-0123456789' } })).status, 200);
+
+  writeFileSync(path, config);
+  child.kill('SIGHUP');
+  await waitFor(reloadOk);
+  assert.equal(((await (await fetch(`${base}/readyz`)).json()) as { status: string }).status, 'ok');
+});
+
+/** A port nothing listens on now: bound on 0, then released. */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+}

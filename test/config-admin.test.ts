@@ -30,7 +30,13 @@ function problems(admin: unknown): readonly string[] {
 test('admin keys are kept as digests, from a literal key or a sha256; no admin section stays absent', () => {
   assert.equal(parseConfig(stringify(tree(undefined)), {}).admin, undefined);
   const config = parseConfig(stringify(tree({ keys: [{ id: 'ops', key: ADMIN_SECRET }, { id: 'ci', sha256: digest('x'.repeat(20)).toUpperCase() }] })), {});
-  assert.deepEqual(config.admin, { keys: [{ id: 'ops', sha256: digest(ADMIN_SECRET) }, { id: 'ci', sha256: digest('x'.repeat(20)) }] });
+  assert.deepEqual(config.admin, {
+    keys: [
+      { id: 'ops', sha256: digest(ADMIN_SECRET) },
+      { id: 'ci', sha256: digest('x'.repeat(20)) },
+    ],
+    status_page: false,
+  });
 });
 
 test('admin keys follow the client keys rules, have no plan, and share no secret with a client key', () => {
@@ -56,10 +62,21 @@ test('admin keys follow the client keys rules, have no plan, and share no secret
   for (const [admin, expected] of cases) assert.deepEqual(problems(admin), expected, JSON.stringify(admin));
 });
 
-test('metrics.path may not take the purge route', () => {
-  const raw = { ...tree(undefined), metrics: { path: '/admin/purge' } };
-  assert.throws(
-    () => parseConfig(stringify(raw), {}),
-    (error: unknown) => error instanceof ConfigError && error.problems.includes('metrics.path: must not be /admin/purge (perch serves that itself)'),
-  );
+test('metrics.path may not take the purge route or the status page', () => {
+  for (const path of ['/admin/purge', '/status', '/status.json']) {
+    const raw = { ...tree(undefined), metrics: { path } };
+    assert.throws(
+      () => parseConfig(stringify(raw), {}),
+      (error: unknown) => error instanceof ConfigError && error.problems.includes(`metrics.path: must not be ${path} (perch serves that itself)`),
+    );
+  }
+});
+
+test('admin.status_page is a boolean, off by default, and may come from the environment', () => {
+  const keys = [{ id: 'ops', key: ADMIN_SECRET }];
+  assert.equal(parseConfig(stringify(tree({ keys, status_page: true })), {}).admin?.status_page, true);
+  assert.equal(parseConfig(stringify(tree({ keys, status_page: '${STATUS}' })), { STATUS: 'true' }).admin?.status_page, true);
+  assert.equal(parseConfig(stringify(tree({ keys, status_page: false })), {}).admin?.status_page, false);
+  assert.deepEqual(problems({ keys, status_page: 'yes' }), ['admin.status_page: must be true or false']);
+  assert.deepEqual(problems({ keys, status_pages: true }), ['admin.status_pages: unknown key (did you mean "status_page"?)']);
 });

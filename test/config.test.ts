@@ -5,6 +5,22 @@ import { describe, it } from 'node:test';
 import { stringify } from 'yaml';
 import { ConfigError, loadConfigFile, parseConfig } from '../src/config/load.js';
 
+/** The provider-protection defaults every v1 upstream gets. */
+const PROTECTION_DEFAULTS = {
+    queue_timeout_ms: 1000,
+    queue_size: 1000,
+    redis_down_share: 1,
+    rate_limit_reserve: 0,
+    cooldown_scope: 'upstream',
+    usage_cap_seconds: 86400,
+    retries: 0,
+    retry_budget_percent: 20,
+    retry_budget_min_per_second: 1,
+    retry_backoff_ms: 50,
+    retry_backoff_max_ms: 1000,
+    breaker: { consecutive_failures: 5, failure_ratio: 0.5, window_ms: 10000, min_calls: 20, half_open_after_ms: 30000 },
+};
+
 const ALPHA_SECRET = 'alpha-secret-0123456789';
 const ALPHA_DIGEST = createHash('sha256').update(ALPHA_SECRET).digest('hex');
 const OTHER_DIGEST = 'ab'.repeat(32);
@@ -70,8 +86,10 @@ describe('parseConfig: defaults and valid files', () => {
         keep_alive_timeout_ms: 5000,
         max_header_bytes: 16384,
         max_connections: 10000,
+        miss_deadline_ms: 10000,
+        rate_limit_headers: ['ietf'],
       },
-      auth: { keys: [{ id: 'alpha', plan: 'small', sha256: ALPHA_DIGEST }] },
+      auth: { mode: 'keys', keys: [{ id: 'alpha', plan: 'small', sha256: ALPHA_DIGEST }], verify_ttl_seconds: 300, reject_ttl_seconds: 60, remembered_keys: 100000 },
       rate_limits: { small: { capacity: 5, refill_per_second: 1, cost_of_hit: 1 } },
       upstreams: { demo: { kind: 'fixture' } },
       routes: {
@@ -88,7 +106,7 @@ describe('parseConfig: defaults and valid files', () => {
         stale_seconds: 600,
       },
       metrics: { path: '/metrics' },
-      log: { level: 'info' },
+      log: { level: 'info', time: 'epoch_ms', level_format: 'number' },
     });
   });
 
@@ -97,12 +115,28 @@ describe('parseConfig: defaults and valid files', () => {
     assert.deepEqual(config.upstreams.main, {
       kind: 'v1',
       url: 'https://provider.example',
-      headers: {},
+      credentials: [{ id: 'default', headers: {} }],
       timeout_ms: 5000,
       connections: 64,
       max_body_bytes: 8388608,
       retry_after_default_seconds: 60,
+      ...PROTECTION_DEFAULTS,
     });
+  });
+
+  it('reads credentials, the call cap and its burst default', () => {
+    const raw = base();
+    raw.upstreams.main.credentials = [
+      { id: 'one', headers: { 'X-Key': 'k1' } },
+      { id: 'two', headers: { 'X-Key': 'k2' } },
+    ];
+    raw.upstreams.main.max_requests_per_second = 2.5;
+    raw.upstreams.main.quota = { requests: 900, per_seconds: 900 };
+    const main = parseConfig(stringify(raw), {}).upstreams.main;
+    assert.ok(main?.kind === 'v1');
+    assert.deepEqual(main.credentials.map((c) => c.id), ['one', 'two']);
+    assert.deepEqual([main.max_requests_per_second, main.burst, main.quota], [2.5, 3, { requests: 900, per_seconds: 900 }]);
+    assert.equal(main.max_concurrent, undefined);
   });
 
   it('loads the full example file', () => {
@@ -114,11 +148,12 @@ describe('parseConfig: defaults and valid files', () => {
     assert.deepEqual(config.upstreams.main, {
       kind: 'v1',
       url: 'https://provider.example',
-      headers: { 'X-API-Key': 'provider-key' },
+      credentials: [{ id: 'default', headers: { 'X-API-Key': 'provider-key' } }],
       timeout_ms: 5000,
       connections: 64,
       max_body_bytes: 8388608,
       retry_after_default_seconds: 60,
+      ...PROTECTION_DEFAULTS,
     });
     assert.deepEqual(config.routes.tweet, ['main']);
     assert.deepEqual(config.routes.user, ['main']);
@@ -177,7 +212,7 @@ describe('parseConfig: defaults and valid files', () => {
       config.server.port = 1;
     }, TypeError);
     assert.throws(() => {
-      config.upstreams.main.headers['X-Other'] = 'x';
+      config.upstreams.main.credentials[0].headers['X-Other'] = 'x';
     }, TypeError);
     assert.throws(() => config.routes.tweet.push('demo'), TypeError);
     assert.throws(() => {
@@ -221,7 +256,7 @@ describe('parseConfig: environment substitution', () => {
 
   it('reports malformed references', () => {
     assert.deepEqual(problemsOf(`${MINIMAL}server: { host: "\${1X}" }\n`), [
-      'server.host: invalid variable reference (expected ${NAME} or ${NAME:-default})',
+      'server.host: invalid variable reference (expected ${NAME}, ${NAME:-default} or ${file:/path})',
     ]);
     assert.deepEqual(problemsOf(`${MINIMAL}server: { host: "\${X" }\n`), [
       'server.host: unterminated "${" (write "$${" for a literal "${")',
@@ -275,8 +310,8 @@ describe('parseConfig: checks', () => {
     ['no upstreams', (r) => (r.upstreams = {}), 'upstreams: must define at least one upstream'],
     ['bad upstream name', (r) => (r.upstreams['a/b'] = { kind: 'fixture' }), 'upstreams["a/b"]: upstream name must match [A-Za-z][A-Za-z0-9_.-]{0,63}'],
     ['numeric upstream name', (r) => (r.upstreams['42'] = { kind: 'fixture' }), 'upstreams.42: upstream name must match [A-Za-z][A-Za-z0-9_.-]{0,63}'],
-    ['missing kind', (r) => delete r.upstreams.main.kind, 'upstreams.main.kind: is required (v1 or fixture)'],
-    ['unknown kind', (r) => (r.upstreams.main.kind = 'v2'), 'upstreams.main.kind: must be "v1" or "fixture"'],
+    ['missing kind', (r) => delete r.upstreams.main.kind, 'upstreams.main.kind: is required (v1, x_v2 or fixture)'],
+    ['unknown kind', (r) => (r.upstreams.main.kind = 'v2'), 'upstreams.main.kind: must be "v1", "x_v2" or "fixture"'],
     ['fixture with settings', (r) => (r.upstreams.demo.url = 'https://x.example'), 'upstreams.demo.url: unknown key (a fixture upstream takes no other keys)'],
     ['missing url', (r) => delete r.upstreams.main.url, 'upstreams.main.url: is required'],
     ['unparsable url', (r) => (r.upstreams.main.url = 'provider.example'), 'upstreams.main.url: is not a valid absolute URL'],
@@ -325,6 +360,47 @@ describe('parseConfig: checks', () => {
       (r) => (r.upstreams.main.retry_after_default_seconds = 0),
       'upstreams.main.retry_after_default_seconds: must be an integer from 1 to 86400',
     ],
+    [
+      'headers and credentials together',
+      (r) => {
+        r.upstreams.main.headers = { 'X-Key': 'a' };
+        r.upstreams.main.credentials = [{ id: 'a', headers: { 'X-Key': 'b' } }];
+      },
+      'upstreams.main.headers: give either headers or credentials, not both',
+    ],
+    ['empty credentials', (r) => (r.upstreams.main.credentials = []), 'upstreams.main.credentials: must be a non-empty list of { id, headers }'],
+    [
+      'repeated credential id',
+      (r) => (r.upstreams.main.credentials = [{ id: 'a', headers: {} }, { id: 'a', headers: {} }]),
+      'upstreams.main.credentials[1].id: repeats "a"',
+    ],
+    ['credential without headers', (r) => (r.upstreams.main.credentials = [{ id: 'a' }]), 'upstreams.main.credentials[0].headers: is required'],
+    ['bad credential id', (r) => (r.upstreams.main.credentials = [{ id: 'a b', headers: {} }]), 'upstreams.main.credentials[0].id: must match [A-Za-z0-9_.-]{1,64}'],
+    [
+      'credential header with a line break',
+      (r) => (r.upstreams.main.credentials = [{ id: 'a', headers: { 'X-Key': 'a\nb' } }]),
+      'upstreams.main.credentials[0].headers.X-Key: must not contain a line break or NUL character',
+    ],
+    ['zero rate cap', (r) => (r.upstreams.main.max_requests_per_second = 0), 'upstreams.main.max_requests_per_second: must be a number from 0.001 to 1000000'],
+    ['burst without a rate', (r) => (r.upstreams.main.burst = 5), 'upstreams.main.burst: needs max_requests_per_second'],
+    ['fractional max_concurrent', (r) => (r.upstreams.main.max_concurrent = 1.5), 'upstreams.main.max_concurrent: must be an integer from 1 to 100000'],
+    ['quota without a window', (r) => (r.upstreams.main.quota = { requests: 900 }), 'upstreams.main.quota.per_seconds: is required'],
+    ['unknown quota key', (r) => (r.upstreams.main.quota = { requests: 9, per_seconds: 9, per: 1 }), 'upstreams.main.quota.per: unknown key (did you mean "per_seconds"?)'],
+    ['share above 1', (r) => (r.upstreams.main.redis_down_share = 2), 'upstreams.main.redis_down_share: must be a number from 0.001 to 1'],
+    ['bad cooldown scope', (r) => (r.upstreams.main.cooldown_scope = 'credential'), 'upstreams.main.cooldown_scope: must be "upstream" or "endpoint"'],
+    ['negative reserve', (r) => (r.upstreams.main.rate_limit_reserve = -1), 'upstreams.main.rate_limit_reserve: must be an integer from 0 to 1000000'],
+    ['too many retries', (r) => (r.upstreams.main.retries = 11), 'upstreams.main.retries: must be an integer from 0 to 10'],
+    [
+      'backoff max under backoff',
+      (r) => {
+        r.upstreams.main.retry_backoff_ms = 500;
+        r.upstreams.main.retry_backoff_max_ms = 100;
+      },
+      'upstreams.main.retry_backoff_max_ms: must be at least retry_backoff_ms',
+    ],
+    ['unknown breaker key', (r) => (r.upstreams.main.breaker = { threshold: 3 }), 'upstreams.main.breaker.threshold: unknown key'],
+    ['breaker ratio 0', (r) => (r.upstreams.main.breaker = { failure_ratio: 0 }), 'upstreams.main.breaker.failure_ratio: must be a number from 0.01 to 1'],
+    ['miss deadline 0', (r) => (r.server = { miss_deadline_ms: 0 }), 'server.miss_deadline_ms: must be an integer from 1 to 3600000'],
     [
       'unknown endpoint in routes',
       (r) => (r.routes = { tweeet: ['main'] }),

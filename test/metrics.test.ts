@@ -18,7 +18,8 @@ async function scrape(url: string): Promise<string> {
 
 test('requests, durations, upstream exchanges, coalescing and cache size are exported without a key', async (t) => {
   const perch = await startPerch(t, testConfig('demo: { kind: fixture }'));
-  assert.equal((await perch.request('/v1/users/1')).status, 200);
+  const user = await perch.request('/v1/users/1');
+  assert.equal(user.status, 200);
   assert.equal((await perch.request('/v1/users/1')).status, 200);
   assert.equal((await perch.request('/v1/users/1', { key: 'wrong-key-0123456789' })).status, 401);
   assert.equal((await perch.request('/nope')).status, 404);
@@ -33,11 +34,19 @@ test('requests, durations, upstream exchanges, coalescing and cache size are exp
   assert.equal(sample(text, 'perch_upstream_duration_seconds_count{upstream="demo",route="user"}'), 1);
   // The user, and the same user under its username (cross-population).
   assert.equal(sample(text, 'perch_cache_entries{tier="memory"}'), 2);
-  assert.ok((sample(text, 'perch_cache_bytes{tier="memory"}') ?? 0) > 0);
+  // Each entry is charged its body, its key (two bytes a character) and 640 bytes of overhead.
+  const twin = `/v1/users/by/username/${String(user.json().username).toLowerCase()}`;
+  const charged = 2 * (Buffer.byteLength(user.text) + 640) + 2 * ('/v1/users/1'.length + twin.length);
+  assert.equal(sample(text, 'perch_cache_bytes{tier="memory"}'), charged);
   assert.ok(sample(text, 'process_cpu_seconds_total') !== undefined, 'default process metrics');
   // The scrape itself is not an API request.
   assert.doesNotMatch(text, /route="none",status="200"/);
-  assert.doesNotMatch(text, /\/v1\/|\/nope|1234|77"/, 'no raw paths or ids in labels');
+  // Label values come from closed sets: no raw path or id, whatever the sample values hold.
+  for (const [, name, value] of text.matchAll(/[{,](\w+)="([^"]*)"/g)) {
+    assert.ok(!value!.includes('/'), `${name}="${value}"`);
+    if (name === 'status') assert.match(value!, /^\d{3}$/);
+    if (name === 'route') assert.match(value!, /^(user|user_by_username|tweets|replies|following|tweet|none)$/);
+  }
 });
 
 test('requests that join an in-flight upstream request count as coalesced', async (t) => {

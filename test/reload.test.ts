@@ -4,11 +4,12 @@ import { parseConfig } from '../src/config/load.js';
 import { createPerch } from '../src/server/server.js';
 import { captureLogs } from './helpers/log-capture.js';
 import { KEY, OTHER_KEY, testConfig, v1 } from './helpers/perch.js';
+import { sampleUser } from './helpers/sample-bodies.js';
 import { json, startUpstream } from './helpers/upstream-server.js';
 
 test('reload swaps keys and upstreams in place: the cache and open connections stay', async (t) => {
-  const first = await startUpstream(t, json(200, { id: '1', username: 'first' }));
-  const second = await startUpstream(t, json(200, { id: '2', username: 'second' }));
+  const first = await startUpstream(t, json(200, sampleUser('1', 'first')));
+  const second = await startUpstream(t, json(200, sampleUser('2', 'second')));
   const yaml = testConfig(v1('main', first.url));
   const perch = createPerch({ config: parseConfig(yaml, {}), logger: captureLogs().logger });
   const { port } = await perch.listen();

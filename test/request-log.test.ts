@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { captureLogs } from './helpers/log-capture.js';
 import { startPerch, testConfig, v1 } from './helpers/perch.js';
 import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
 
@@ -47,4 +48,36 @@ test('rejected requests on a known route log that route; unknown routes log none
   await perch.request('/v1/nowhere');
   const lines = perch.logs.lines().filter((l) => l.msg === 'request');
   assert.deepEqual(lines.map((l) => [l.status, l.route]), [[400, 'following'], [405, 'tweet'], [404, null]]);
+});
+
+test('the access line carries the path without a cursor value, remote address and user agent, bounded in length', { timeout: 10_000 }, async (t) => {
+  const upstream = await startUpstream(t, sampleProvider);
+  const perch = await startPerch(t, testConfig(v1('main', upstream.url)));
+  const cursor = 'c'.repeat(900);
+  await perch.request(`/v1/users/1/following?count=5&cursor=${cursor}`, { headers: { 'user-agent': 'tweepy/4.14' } });
+  await perch.request(`/v1/users/1?junk=${'j'.repeat(2000)}`, { headers: { 'user-agent': 'u'.repeat(1000) } });
+  await perch.request('/v1/users/1', { key: null });
+  const [listing, long, unauthorized] = perch.logs.lines().filter((l) => l.msg === 'request');
+  assert.equal(listing!.path, '/v1/users/1/following?count=5&cursor=-');
+  assert.equal(listing!.user_agent, 'tweepy/4.14');
+  assert.equal(listing!.remote, '127.0.0.1');
+  assert.equal(listing!.method, 'GET');
+  assert.equal(String(long!.path).length, 259);
+  assert.match(String(long!.path), /^\/v1\/users\/1\?junk=j+\.\.\.$/);
+  assert.equal(String(long!.user_agent).length, 259);
+  assert.deepEqual([unauthorized!.path, unauthorized!.status, unauthorized!.key_id], ['/v1/users/1', 401, null]);
+  assert.ok(!perch.logs.text().includes(cursor));
+});
+
+test('log.time iso and log.level_format label write pino ISO-8601 times and level names; the defaults are numbers', { timeout: 10_000 }, () => {
+  const readable = captureLogs('info', { time: 'iso', level_format: 'label' });
+  readable.logger.warn('hello');
+  const [line] = readable.lines();
+  assert.equal(line!.level, 'warn');
+  assert.match(String(line!.time), /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
+  const plain = captureLogs();
+  plain.logger.warn('hello');
+  const [number] = plain.lines();
+  assert.equal(number!.level, 40);
+  assert.equal(typeof number!.time, 'number');
 });

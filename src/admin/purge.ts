@@ -1,10 +1,11 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { TieredCache } from '../cache/tiered-cache.js';
 import type { ErrorCode } from '../errors/error-table.js';
+import type { HeaderList } from '../header-list.js';
 import type { Logger } from '../observability/logger.js';
 import type { PerchMetrics } from '../observability/metrics.js';
 import { requestIdFrom } from '../server/request-id.js';
-import { send, sendError, type HeaderList } from '../server/respond.js';
+import { send, sendError } from '../server/respond.js';
 import type { Runtime } from '../server/runtime.js';
 import { readPurgeScope } from './purge-scope.js';
 

@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs';
 import { Problems, childPath, indexPath, isMapping } from './schema-helpers.js';
 
 export interface SubstitutionResult {
@@ -10,9 +11,12 @@ export interface SubstitutionResult {
 
 const REFERENCE = /^([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?$/s;
 
+/** `${file:/path}`: a secret mounted as a file (Docker and Kubernetes secrets). */
+const FILE_PREFIX = 'file:';
+
 /**
- * Replaces `${NAME}` and `${NAME:-default}` in every string value of a parsed YAML tree; `$${`
- * stands for a literal `${`. Working on the parsed tree rather than the text means a variable's
+ * Replaces `${NAME}`, `${NAME:-default}` and `${file:/path}` in every string value of a parsed
+ * YAML tree; `$${` stands for a literal `${`. Working on the parsed tree rather than the text means a variable's
  * value is always one string scalar and can never inject YAML structure. Mapping keys are left
  * alone: they are part of the schema, not data.
  */
@@ -41,7 +45,7 @@ export function substituteEnv(tree: unknown, env: NodeJS.ProcessEnv): Substituti
 
 /**
  * Substituted text is not scanned again, so a value containing `${` stays literal. The messages
- * name the variable but never echo the surrounding text or a value: both may be secrets.
+ * name the variable or file but never echo the surrounding text or a value: both may be secrets.
  */
 function substituteString(text: string, env: NodeJS.ProcessEnv): { text: string; errors: string[] } {
   const errors: string[] = [];
@@ -63,10 +67,17 @@ function substituteString(text: string, env: NodeJS.ProcessEnv): { text: string;
       errors.push('unterminated "${" (write "$${" for a literal "${")');
       break;
     }
-    const match = REFERENCE.exec(text.slice(i + 2, close));
+    const reference = text.slice(i + 2, close);
     i = close + 1;
+    if (reference.startsWith(FILE_PREFIX)) {
+      const file = readSecretFile(reference.slice(FILE_PREFIX.length));
+      if ('error' in file) errors.push(file.error);
+      else out += file.text;
+      continue;
+    }
+    const match = REFERENCE.exec(reference);
     if (match === null) {
-      errors.push('invalid variable reference (expected ${NAME} or ${NAME:-default})');
+      errors.push('invalid variable reference (expected ${NAME}, ${NAME:-default} or ${file:/path})');
       continue;
     }
     const [, name = '', fallback] = match;
@@ -81,4 +92,17 @@ function substituteString(text: string, env: NodeJS.ProcessEnv): { text: string;
     }
   }
   return { text: out, errors };
+}
+
+/**
+ * A file's content with one trailing newline removed: `echo secret > file` and editors add one,
+ * and it is never part of the secret. Read on every load, so a SIGHUP picks up a rotated secret.
+ */
+function readSecretFile(path: string): { text: string } | { error: string } {
+  if (!path.startsWith('/')) return { error: `\${file:...} needs an absolute path, got ${JSON.stringify(path)}` };
+  try {
+    return { text: readFileSync(path, 'utf8').replace(/\r?\n$/, '') };
+  } catch (error) {
+    return { error: `cannot read file ${path} (${(error as NodeJS.ErrnoException).code ?? 'unknown error'})` };
+  }
 }

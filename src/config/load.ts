@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { LineCounter, parseDocument } from 'yaml';
+import { LineCounter, isCollection, isScalar, parseDocument, visit, type Document, type YAMLError } from 'yaml';
 import { substituteEnv } from './env-substitution.js';
 import type { Config } from './types.js';
 import { validateConfig } from './validate.js';
@@ -57,7 +57,10 @@ function parseYaml(text: string): unknown {
     throw new ConfigError(
       doc.errors.map((error) => {
         const { line, col } = lineCounter.linePos(error.pos[0]);
-        return `YAML syntax, line ${line}, column ${col}: ${error.message}`;
+        const opened = unclosedAt(doc, error);
+        if (opened === undefined) return `YAML syntax, line ${line}, column ${col}: ${error.message}`;
+        const start = lineCounter.linePos(opened);
+        return `YAML syntax, line ${start.line}, column ${start.col}: ${error.message} (opened here, still open at line ${line}, column ${col})`;
       }),
     );
   }
@@ -67,6 +70,26 @@ function parseYaml(text: string): unknown {
     // Raised for alias abuse (the "billion laughs" expansion limit) and similar.
     throw new ConfigError([`YAML: ${(error as Error).message}`]);
   }
+}
+
+/** The parser's messages for a flow collection or quoted scalar that was never closed. */
+const UNCLOSED = /end with a [\]}]|Missing closing/;
+
+/**
+ * The parser notices an unclosed `[`, `{` or quote only where the next construct begins, often
+ * lines later or at the end of the file; the line to fix is where it was opened: the start of
+ * the innermost flow collection or quoted scalar that runs up to the error.
+ */
+function unclosedAt(doc: Document, error: YAMLError): number | undefined {
+  if (!UNCLOSED.test(error.message)) return undefined;
+  const at = error.pos[0];
+  let start: number | undefined;
+  visit(doc, (_key, node) => {
+    const open = (isCollection(node) && node.flow === true) || (isScalar(node) && (node.type === 'QUOTE_DOUBLE' || node.type === 'QUOTE_SINGLE'));
+    const range = open ? node.range : undefined;
+    if (range != null && range[0] < at && range[1] === at && (start === undefined || range[0] > start)) start = range[0];
+  });
+  return start;
 }
 
 function deepFreeze<T>(value: T): T {

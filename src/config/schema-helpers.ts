@@ -187,6 +187,31 @@ export function readString(
   return raw;
 }
 
+/** A boolean, or `"true"`/`"false"`: environment substitution yields strings. Undefined after a problem. */
+export function readBoolean(problems: Problems, raw: Record<string, unknown>, key: string, path: string): boolean | undefined {
+  const value = field(raw, key);
+  if (value === true || value === 'true') return true;
+  if (value === false || value === 'false') return false;
+  problems.add(childPath(path, key), 'must be true or false');
+  return undefined;
+}
+
+/** A string field that must be one of `choices`; absent gives `fallback`. */
+export function readChoice<T extends string>(
+  problems: Problems,
+  obj: Record<string, unknown>,
+  key: string,
+  path: string,
+  choices: readonly T[],
+  fallback: T,
+): T {
+  const raw = readString(problems, obj, key, path, fallback);
+  if (raw === undefined) return fallback;
+  const known = choices.find((choice) => choice === raw);
+  if (known === undefined) problems.add(childPath(path, key), `must be one of ${choices.join(', ')}`);
+  return known ?? fallback;
+}
+
 /**
  * An optional mapping section: absent reads as empty so its defaults apply; anything else that is
  * not a mapping is a problem and also reads as empty, letting the rest of the file be checked.

@@ -8,7 +8,7 @@ import type { EndpointName } from '../endpoints.js';
 export interface Config {
   readonly server: ServerConfig;
   readonly auth: AuthConfig;
-  /** Operator access to `POST /admin/purge`. Absent: that route does not exist (404). */
+  /** Operator access to `POST /admin/purge` and the status page. Absent: neither exists (404). */
   readonly admin?: AdminConfig;
   readonly rate_limits: Readonly<Record<string, RateLimitPlan>>;
   /**
@@ -34,19 +34,44 @@ export interface ServerConfig {
    * are closed anyway. Default `10000`.
    */
   readonly shutdown_grace_ms: number;
-  /** Bound on receiving a request's headers (slowloris defence). Default `10000`. */
+  /**
+   * Bound on receiving a request's headers (slowloris defence), held to within a second; past it
+   * 408, or a silent close when nothing was received. Default `10000`.
+   */
   readonly headers_timeout_ms: number;
+  /**
+   * Bound on everything a miss waits for upstream: the call cap's queue, every retry and its
+   * backoff, and failover along the route. Default `10000`.
+   */
+  readonly miss_deadline_ms: number;
   /** Bound on receiving a whole request. At least `headers_timeout_ms`. Default `30000`. */
   readonly request_timeout_ms: number;
   /** How long an idle keep-alive connection is kept open. Default `5000`. */
   readonly keep_alive_timeout_ms: number;
-  /** Largest request head (request line and headers); larger is answered 431. Default `16384`. */
+  /**
+   * Largest request head as it arrives (request line, header lines with their separators);
+   * larger is answered 431. Default `16384`.
+   */
   readonly max_header_bytes: number;
-  /** Connections accepted at once; more are refused at accept. Default `10000`. */
+  /**
+   * Connections open at once. At the cap a new connection sheds the oldest one that has not sent
+   * a request, else the longest-idle keep-alive one; it is refused only when all are busy.
+   * Default `10000`.
+   */
   readonly max_connections: number;
   /** Serve HTTPS with this certificate and key. Absent: plain HTTP. */
   readonly tls?: TlsConfig;
+  /**
+   * Which rate-limit header dialects answers carry, at least one: `ietf` (`RateLimit` and
+   * `RateLimit-Policy`, the httpapi-ratelimit-headers draft) and `x_rate_limit`
+   * (`x-rate-limit-limit`, `-remaining`, `-reset` in epoch seconds, which Twitter/X client
+   * libraries read). Both carry the same numbers. Default `[ietf]`.
+   */
+  readonly rate_limit_headers: readonly RateLimitHeaderDialect[];
 }
+
+/** A rate-limit header dialect of `server.rate_limit_headers`. */
+export type RateLimitHeaderDialect = 'ietf' | 'x_rate_limit';
 
 export interface TlsConfig {
   /** PEM certificate chain file, read at start-up. */
@@ -56,8 +81,35 @@ export interface TlsConfig {
 }
 
 export interface AuthConfig {
-  /** Client keys. At least one is required. Ids and secrets must be unique. */
+  /**
+   * Who checks a client's `X-API-Key`: `keys` (perch, against `keys`) or `upstream` (the
+   * provider: perch forwards the key in place of a configured credential and remembers the
+   * verdict; see the README's "Pass-through auth"). Default `keys`.
+   */
+  readonly mode: 'keys' | 'upstream';
+  /**
+   * Client keys. With mode `keys` at least one is required; ids and secrets must be unique. With
+   * mode `upstream` the list is empty: keys perch checks itself would mix two kinds of client.
+   */
   readonly keys: readonly ApiKeyConfig[];
+  /** Mode `upstream`: the `rate_limits` plan of every forwarded key. Required there, refused otherwise. */
+  readonly default_plan?: string;
+  /**
+   * Mode `upstream`: how long the provider's acceptance of a key lets that key be served from
+   * the cache. Past it the key's next request is a real call again. Whole seconds, 1-86400.
+   * Default `300`.
+   */
+  readonly verify_ttl_seconds: number;
+  /**
+   * Mode `upstream`: how long a key the provider rejected is answered 401 without a call.
+   * Whole seconds, 1-86400. Default `60`.
+   */
+  readonly reject_ttl_seconds: number;
+  /**
+   * Mode `upstream`: how many keys' verdicts are remembered, least recently used dropped first,
+   * so a flood of random keys cannot grow memory without bound. Default `100000`.
+   */
+  readonly remembered_keys: number;
 }
 
 export interface ApiKeyConfig {
@@ -79,6 +131,12 @@ export interface AdminConfig {
    * refused on the admin route and an admin key on the API. No secret may be both.
    */
   readonly keys: readonly AdminKeyConfig[];
+  /**
+   * Serves the operator status page: `GET /status` (an HTML page holding no data) and
+   * `GET /status.json` (the figures it shows, for an admin key only). Default false: both paths
+   * answer like any unknown route.
+   */
+  readonly status_page: boolean;
 }
 
 /** An admin key: like a client key, with the same rules for `id`, `key` and `sha256`, and no plan. */
@@ -96,15 +154,19 @@ export interface RateLimitPlan {
   readonly cost_of_hit: 0 | 1;
 }
 
-export type UpstreamConfig = V1UpstreamConfig | FixtureUpstreamConfig;
+export type UpstreamConfig = V1UpstreamConfig | XV2UpstreamConfig | FixtureUpstreamConfig;
 
 /** An HTTP provider that speaks this same interface. */
-export interface V1UpstreamConfig {
+export interface V1UpstreamConfig extends ProviderProtectionConfig {
   readonly kind: 'v1';
   /** Origin (`http:` or `https:`, no path, query or credentials), e.g. `https://provider.example`. */
   readonly url: string;
-  /** Headers added to every upstream request, typically the provider key. Default `{}`. */
-  readonly headers: Readonly<Record<string, string>>;
+  /**
+   * The credentials calls rotate over. In the file either `credentials: [{ id, headers }]` or the
+   * shorthand `headers` (one credential with id `default`); neither means one credential with no
+   * headers. Never empty after validation.
+   */
+  readonly credentials: readonly CredentialConfig[];
   /** Bound on one whole exchange (connect, headers, body). Default `5000`. */
   readonly timeout_ms: number;
   /** Keep-alive connections in the pool. Default `64`. */
@@ -112,10 +174,116 @@ export interface V1UpstreamConfig {
   /** Largest response body accepted; larger is answered 502. Default `8388608` (8 MiB). */
   readonly max_body_bytes: number;
   /**
-   * Retry-After told to clients when the upstream answers 429 without Retry-After or
+   * How long to stay away after a 429 (or 503) that gives neither Retry-After nor
    * x-rate-limit-reset. Default `60`.
    */
   readonly retry_after_default_seconds: number;
+}
+
+/**
+ * The X API v2 behind the interface: perch calls X's endpoints and maps each answer to the
+ * interface's v1 shapes (see the README's "In front of the X API v2"). Every key of a `v1`
+ * upstream applies with the same default, except `headers` (`bearer_token` takes its place) and
+ * the ones below.
+ */
+export interface XV2UpstreamConfig extends Omit<V1UpstreamConfig, 'kind'> {
+  readonly kind: 'x_v2';
+  /** X's origin. Default `https://api.twitter.com`; tests point it at a local stand-in. */
+  readonly url: string;
+  /**
+   * The app bearer tokens calls rotate over. In the file `credentials: [{ id, bearer_token }]` or
+   * the shorthand `bearer_token` (one credential with id `default`); one of them is required,
+   * except with `auth.mode: upstream`, where calls carry the client's token instead.
+   * Validation turns each token into an `Authorization: Bearer` header, never logged.
+   */
+  readonly credentials: readonly CredentialConfig[];
+  /**
+   * X's rate limits are per endpoint and per credential, so a 429 stops only that credential's
+   * calls to that endpoint. Default `endpoint` (not `upstream` as for `v1`).
+   */
+  readonly cooldown_scope: 'upstream' | 'endpoint';
+}
+
+/** One provider credential: headers sent with every call made on it. */
+export interface CredentialConfig {
+  /** Name in logs and metrics in place of the secret. `[A-Za-z0-9_.-]{1,64}`, unique per upstream. */
+  readonly id: string;
+  /** Headers added to each call on this credential, typically the provider key. */
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+/**
+ * How perch protects a provider account from perch itself: its own cap on calls, the
+ * provider's "stop" signals, and what it does about a provider that fails.
+ */
+export interface ProviderProtectionConfig {
+  /**
+   * Calls per second perch may make to this upstream, fleet-wide (through `rate_limits_redis`
+   * when there is one): never more in any one-second window. Absent: no rate cap.
+   */
+  readonly max_requests_per_second?: number;
+  /** Calls that may start at once from an idle cap. Default `ceil(max_requests_per_second)`. */
+  readonly burst?: number;
+  /** Calls in flight at once, fleet-wide. Absent: no bound beyond `connections` per instance. */
+  readonly max_concurrent?: number;
+  /** A longer window the provider sells, e.g. 900 calls per 900 s. Never more in any such window. */
+  readonly quota?: QuotaConfig;
+  /** How long a miss over the cap waits in this instance's FIFO before it is refused. Default `1000`. */
+  readonly queue_timeout_ms: number;
+  /** Misses that may wait in that FIFO at once; more are refused at once. Default `1000`. */
+  readonly queue_size: number;
+  /**
+   * While the shared Redis is unreachable, the fraction of every cap this instance uses on its
+   * own (set it to 1 / the number of instances). Default `1`.
+   */
+  readonly redis_down_share: number;
+  /**
+   * Stop calling a credential when the provider reports this many calls left in its window,
+   * until the window resets. Default `0`: stop when it reports none left.
+   */
+  readonly rate_limit_reserve: number;
+  /**
+   * What a 429 stops: the credential's calls to every endpoint (`upstream`) or to the endpoint
+   * that drew it (`endpoint`, for providers whose limits are per endpoint, as X's are).
+   * Default `upstream`.
+   */
+  readonly cooldown_scope: 'upstream' | 'endpoint';
+  /**
+   * How long a credential stays out after the provider says its usage cap is spent and gives
+   * no reset time. Default `86400`.
+   */
+  readonly usage_cap_seconds: number;
+  /** Extra attempts after a connection error, timeout, 502, 503 or 504. Default `0`. */
+  readonly retries: number;
+  /** Retries allowed as a percentage of calls over the last 10 seconds. Default `20`. */
+  readonly retry_budget_percent: number;
+  /** Retries always allowed per second, whatever the percentage says. Default `1`. */
+  readonly retry_budget_min_per_second: number;
+  /** First backoff before a retry; later ones grow exponentially, with full jitter. Default `50`. */
+  readonly retry_backoff_ms: number;
+  /** Longest backoff before a retry. Default `1000`. */
+  readonly retry_backoff_max_ms: number;
+  readonly breaker: BreakerConfig;
+}
+
+export interface QuotaConfig {
+  /** Calls allowed per window. Positive integer. */
+  readonly requests: number;
+  /** The window, in whole seconds (900 for 15 minutes, 86400 for a day). */
+  readonly per_seconds: number;
+}
+
+export interface BreakerConfig {
+  /** Consecutive failures that open the breaker. Default `5`. */
+  readonly consecutive_failures: number;
+  /** Failure ratio over the last `window_ms` that opens it, 0-1 (1 never). Default `0.5`. */
+  readonly failure_ratio: number;
+  /** The window of `failure_ratio`. Default `10000`. */
+  readonly window_ms: number;
+  /** Calls the window needs before the ratio counts. Default `20`. */
+  readonly min_calls: number;
+  /** How long it stays open before one probe goes through. Default `30000`. */
+  readonly half_open_after_ms: number;
 }
 
 /** The built-in synthetic data source; needs no network. */
@@ -154,8 +322,28 @@ export interface RedisConfig {
   readonly sentinels?: readonly string[];
   /** The master name the sentinels know. */
   readonly name?: string;
-  /** Redis Cluster seed nodes (`redis://host:port`). */
+  /**
+   * Redis Cluster seed nodes, `redis://[user:password@]host:port` or `rediss://` for TLS. Every
+   * seed carries the same user, password and scheme: one set applies to every node.
+   */
   readonly cluster?: readonly string[];
+  /** With `sentinels`: ACL user for the master (and replicas). With `url`/`cluster` it goes in the URL. */
+  readonly username?: string;
+  /** With `sentinels`: password for the master (`requirepass` or the ACL user's). */
+  readonly password?: string;
+  /** With `sentinels`: ACL user for the sentinels themselves. */
+  readonly sentinel_username?: string;
+  /** With `sentinels`: password for the sentinels (their own `requirepass`). */
+  readonly sentinel_password?: string;
+  /** With `sentinels`: TLS to the master. With `url`/`cluster`, `rediss://` says it. Default `false`. */
+  readonly tls?: boolean;
+  /** With `sentinels`: TLS to the sentinels. Default `false`. */
+  readonly sentinel_tls?: boolean;
+  /**
+   * PEM file of the certificate authorities trusted for this section's TLS connections, read at
+   * start-up; absent: Node's default list. Only where TLS is used.
+   */
+  readonly tls_ca_file?: string;
   /** Prefix of every key perch writes, so several deployments can share one Redis. Default `perch:`. */
   readonly prefix: string;
   /** Bound on one command; past it the command counts as failed. Default `50`. */
@@ -175,4 +363,16 @@ export interface MetricsConfig {
 export interface LogConfig {
   /** pino level: fatal, error, warn, info, debug, trace or silent. Default `info`. */
   readonly level: 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';
+  /**
+   * The `time` field: `epoch_ms` (pino's default, milliseconds since the epoch as a number) or
+   * `iso` (an ISO-8601 UTC string, readable and understood by every log store). Default
+   * `epoch_ms`: it costs nothing per line, and log pipelines built on pino expect it. Takes effect
+   * after a restart.
+   */
+  readonly time: 'epoch_ms' | 'iso';
+  /**
+   * The `level` field: `number` (pino's default, 30 for info) or `label` (`"info"`). Default
+   * `number`, for the same reasons as `time`. Takes effect after a restart.
+   */
+  readonly level_format: 'number' | 'label';
 }

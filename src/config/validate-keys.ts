@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
+import { keysUnder } from './config-keys.js';
 import type { AdminConfig, AdminKeyConfig, ApiKeyConfig, RateLimitPlan } from './types.js';
-import { NAME_PATTERN, Problems, checkKeys, childPath, field, indexPath, isMapping, readString } from './schema-helpers.js';
+import { NAME_PATTERN, Problems, checkKeys, childPath, field, indexPath, isMapping, readBoolean, readString } from './schema-helpers.js';
 
 /** Which list's path holds each secret seen so far: one secret must not open two doors. */
 export type SecretsSeen = Map<string, string>;
@@ -29,17 +30,22 @@ export function validateKeys(
   });
 }
 
-/** Admin keys (`admin.keys`): the rules of client keys, without a plan. Undefined when absent. */
+/**
+ * The `admin` section: its keys (the rules of client keys, without a plan) and the optional
+ * status page. Undefined when absent.
+ */
 export function validateAdmin(problems: Problems, adminRaw: unknown, seen: SecretsSeen): AdminConfig | undefined {
   if (adminRaw === undefined) return undefined;
-  return { keys: readKeyList<AdminKeyConfig>(problems, adminRaw, 'admin', seen, [], {}, () => ({})) };
+  const keys = readKeyList<AdminKeyConfig>(problems, adminRaw, 'admin', seen, [], {}, () => ({}));
+  const statusPage = isMapping(adminRaw) && field(adminRaw, 'status_page') !== undefined ? readBoolean(problems, adminRaw, 'status_page', 'admin') : false;
+  return { keys, status_page: statusPage ?? false };
 }
 
 /** `<section>.keys`: a non-empty list of `{ id, key | sha256, ...extra }` with unique ids and secrets. */
 function readKeyList<K extends AdminKeyConfig>(
   problems: Problems,
   sectionRaw: unknown,
-  section: string,
+  section: 'auth' | 'admin',
   seen: SecretsSeen,
   extraFields: readonly string[],
   /** The extra fields of an entry that is not even a mapping. */
@@ -50,14 +56,14 @@ function readKeyList<K extends AdminKeyConfig>(
     problems.add(section, 'must be a mapping');
     return [];
   }
-  checkKeys(problems, sectionRaw, section, ['keys']);
+  checkKeys(problems, sectionRaw, section, keysUnder(section));
   const listPath = `${section}.keys`;
   const raw = field(sectionRaw, 'keys');
   if (!Array.isArray(raw) || raw.length === 0) {
     problems.add(listPath, raw === undefined ? 'is required (at least one key)' : 'must be a non-empty list');
     return [];
   }
-  const fields = ['id', 'key', 'sha256', ...extraFields];
+  const fields = keysUnder(`${section}.keys[]`);
   const idsSeen = new Map<string, string>();
   return raw.map((entry: unknown, i): K => {
     const path = indexPath(listPath, i);

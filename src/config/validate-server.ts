@@ -1,23 +1,14 @@
-import type { ServerConfig, TlsConfig } from './types.js';
-import { Problems, checkKeys, field, isMapping, readInteger, readString } from './schema-helpers.js';
+import { keysUnder } from './config-keys.js';
+import type { RateLimitHeaderDialect, ServerConfig, TlsConfig } from './types.js';
+import { Problems, checkKeys, field, indexPath, isMapping, readInteger, readString } from './schema-helpers.js';
 
-const SERVER_KEYS = [
-  'host',
-  'port',
-  'shutdown_grace_ms',
-  'headers_timeout_ms',
-  'request_timeout_ms',
-  'keep_alive_timeout_ms',
-  'max_header_bytes',
-  'max_connections',
-  'tls',
-];
+const RATE_LIMIT_DIALECTS: readonly RateLimitHeaderDialect[] = ['ietf', 'x_rate_limit'];
 
 const HOUR_MS = 3_600_000;
 
 /** The listener: address, timeouts and size limits (safe defaults), and optional TLS. */
 export function validateServer(problems: Problems, raw: Record<string, unknown>): ServerConfig {
-  checkKeys(problems, raw, 'server', SERVER_KEYS);
+  checkKeys(problems, raw, 'server', keysUnder('server'));
   const host = readString(problems, raw, 'host', 'server', '127.0.0.1');
   if (host === '') problems.add('server.host', 'must not be empty');
   const ms = (key: string, fallback: number, min = 1) =>
@@ -33,6 +24,7 @@ export function validateServer(problems: Problems, raw: Record<string, unknown>)
     shutdown_grace_ms: ms('shutdown_grace_ms', 10_000, 0),
     headers_timeout_ms: headersTimeout,
     request_timeout_ms: requestTimeout,
+    miss_deadline_ms: ms('miss_deadline_ms', 10_000),
     keep_alive_timeout_ms: ms('keep_alive_timeout_ms', 5_000),
     max_header_bytes: readInteger(problems, raw, 'max_header_bytes', 'server', {
       min: 1024,
@@ -47,7 +39,25 @@ export function validateServer(problems: Problems, raw: Record<string, unknown>)
       expected: 'an integer from 1 to 1000000',
     }),
     ...(tls === undefined ? {} : { tls }),
+    rate_limit_headers: validateDialects(problems, field(raw, 'rate_limit_headers')),
   };
+}
+
+function validateDialects(problems: Problems, raw: unknown): readonly RateLimitHeaderDialect[] {
+  const path = 'server.rate_limit_headers';
+  if (raw === undefined) return ['ietf'];
+  if (!Array.isArray(raw) || raw.length === 0) {
+    problems.add(path, `must be a non-empty list of ${RATE_LIMIT_DIALECTS.join(', ')}`);
+    return ['ietf'];
+  }
+  const dialects: RateLimitHeaderDialect[] = [];
+  raw.forEach((item: unknown, i) => {
+    const known = RATE_LIMIT_DIALECTS.find((dialect) => dialect === item);
+    if (known === undefined) problems.add(indexPath(path, i), `must be one of ${RATE_LIMIT_DIALECTS.join(', ')}`);
+    else if (dialects.includes(known)) problems.add(indexPath(path, i), `repeats ${known}`);
+    else dialects.push(known);
+  });
+  return dialects;
 }
 
 function validateTls(problems: Problems, raw: unknown): TlsConfig | undefined {
@@ -56,7 +66,7 @@ function validateTls(problems: Problems, raw: unknown): TlsConfig | undefined {
     problems.add('server.tls', 'must be a mapping with cert_file and key_file');
     return undefined;
   }
-  checkKeys(problems, raw, 'server.tls', ['cert_file', 'key_file']);
+  checkKeys(problems, raw, 'server.tls', keysUnder('server.tls'));
   const cert_file = readString(problems, raw, 'cert_file', 'server.tls') ?? '';
   const key_file = readString(problems, raw, 'key_file', 'server.tls') ?? '';
   return { cert_file, key_file };

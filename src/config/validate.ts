@@ -1,3 +1,4 @@
+import { keysUnder } from './config-keys.js';
 import { ENDPOINT_NAMES, type EndpointName } from '../endpoints.js';
 import type { CacheConfig, Config, LogConfig, MetricsConfig, RateLimitPlan, UpstreamConfig } from './types.js';
 import {
@@ -11,17 +12,17 @@ import {
   readInteger,
   readPositiveNumber,
   readSection,
+  readChoice,
   readString,
 } from './schema-helpers.js';
-import { validateAdmin, validateKeys, type SecretsSeen } from './validate-keys.js';
+import { validateAuth } from './validate-auth.js';
+import { validateAdmin, type SecretsSeen } from './validate-keys.js';
 import { validateRedis } from './validate-redis.js';
 import { validateServer } from './validate-server.js';
 import { validateUpstreams } from './validate-upstreams.js';
 
-const TOP_LEVEL_KEYS = ['server', 'auth', 'admin', 'rate_limits', 'rate_limits_redis', 'upstreams', 'routes', 'cache', 'metrics', 'log'];
-
-/** Paths perch answers itself besides metrics; see src/server/public-routes.ts and src/admin/purge.ts. */
-const RESERVED_PATHS = ['/healthz', '/readyz', '/openapi.json', '/admin/purge'];
+/** Paths perch answers itself besides metrics; see src/server/public-routes.ts and src/admin/. */
+const RESERVED_PATHS = ['/healthz', '/readyz', '/openapi.json', '/admin/purge', '/status', '/status.json'];
 
 const LOG_LEVELS: readonly LogConfig['level'][] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 
@@ -46,16 +47,18 @@ export function validateConfig(raw: unknown): { config: Config } | { problems: s
     problems.add('(top level)', raw == null ? 'the configuration is empty' : 'must be a mapping');
     return { problems: problems.list };
   }
-  checkKeys(problems, raw, '', TOP_LEVEL_KEYS);
+  checkKeys(problems, raw, '', keysUnder(''));
 
   const rate_limits = validateRateLimits(problems, field(raw, 'rate_limits'));
-  const upstreams = validateUpstreams(problems, field(raw, 'upstreams'));
+  const authRaw = field(raw, 'auth');
+  const passThrough = isMapping(authRaw) && field(authRaw, 'mode') === 'upstream';
+  const upstreams = validateUpstreams(problems, field(raw, 'upstreams'), passThrough);
   const secrets: SecretsSeen = new Map();
   const config: Config = {
     server: validateServer(problems, readSection(problems, raw, 'server', '')),
     // References are checked only against a usable section: a missing, broken or empty
     // `rate_limits` is already reported, and repeating that for every key would bury the report.
-    auth: { keys: validateKeys(problems, field(raw, 'auth'), usable(rate_limits), secrets) },
+    auth: validateAuth(problems, authRaw, usable(rate_limits), secrets),
     ...optional('admin', validateAdmin(problems, field(raw, 'admin'), secrets)),
     rate_limits,
     ...optional('rate_limits_redis', validateRedis(problems, field(raw, 'rate_limits_redis'), 'rate_limits_redis')),
@@ -91,7 +94,7 @@ function validateRateLimits(problems: Problems, raw: unknown): Record<string, Ra
         problems.add(at, 'must be a mapping with capacity and refill_per_second');
         return [name, { capacity: 1, refill_per_second: 1, cost_of_hit: 1 }];
       }
-      checkKeys(problems, plan, at, ['capacity', 'refill_per_second', 'cost_of_hit']);
+      checkKeys(problems, plan, at, keysUnder('rate_limits.<plan>'));
       return [
         name,
         {
@@ -136,9 +139,9 @@ function validateRoutes(
 }
 
 function validateCache(problems: Problems, raw: Record<string, unknown>): CacheConfig {
-  checkKeys(problems, raw, 'cache', ['memory', 'redis', 'ttl_seconds', 'stale_seconds']);
+  checkKeys(problems, raw, 'cache', keysUnder('cache'));
   const memory = readSection(problems, raw, 'memory', 'cache');
-  checkKeys(problems, memory, 'cache.memory', ['max_bytes']);
+  checkKeys(problems, memory, 'cache.memory', keysUnder('cache.memory'));
   const ttlRaw = readSection(problems, raw, 'ttl_seconds', 'cache');
   const ttlKeys = Object.keys(DEFAULT_TTL_SECONDS);
   checkKeys(problems, ttlRaw, 'cache.ttl_seconds', ttlKeys, `keys are ${ttlKeys.join(', ')}`);
@@ -168,7 +171,7 @@ function optional<K extends string, V>(key: K, value: V | undefined): { [P in K]
 }
 
 function validateMetrics(problems: Problems, raw: Record<string, unknown>): MetricsConfig {
-  checkKeys(problems, raw, 'metrics', ['path', 'port']);
+  checkKeys(problems, raw, 'metrics', keysUnder('metrics'));
   const path = readString(problems, raw, 'path', 'metrics', '/metrics') ?? '/metrics';
   if (!path.startsWith('/')) problems.add('metrics.path', 'must start with "/"');
   // The API lives under /v1/; a metrics path there would shadow an endpoint.
@@ -181,10 +184,10 @@ function validateMetrics(problems: Problems, raw: Record<string, unknown>): Metr
 }
 
 function validateLog(problems: Problems, raw: Record<string, unknown>): LogConfig {
-  checkKeys(problems, raw, 'log', ['level']);
-  const level = readString(problems, raw, 'level', 'log', 'info');
-  if (level === undefined) return { level: 'info' };
-  const known = LOG_LEVELS.find((candidate) => candidate === level);
-  if (known === undefined) problems.add('log.level', `must be one of ${LOG_LEVELS.join(', ')}`);
-  return { level: known ?? 'info' };
+  checkKeys(problems, raw, 'log', keysUnder('log'));
+  return {
+    level: readChoice(problems, raw, 'level', 'log', LOG_LEVELS, 'info'),
+    time: readChoice(problems, raw, 'time', 'log', ['epoch_ms', 'iso'] as const, 'epoch_ms'),
+    level_format: readChoice(problems, raw, 'level_format', 'log', ['number', 'label'] as const, 'number'),
+  };
 }

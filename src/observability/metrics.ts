@@ -1,8 +1,11 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics, type LabelValues } from 'prom-client';
+import { FastCounter, FastHistogram } from './fast-metrics.js';
 import type { CacheOutcome } from '../cache/outcome.js';
 import type { CacheStore, CacheTier } from '../cache/store.js';
 import type { EndpointName } from '../endpoints.js';
-import type { UpstreamResult } from '../upstream/upstream.js';
+import type { BreakerState, CredentialState, RetryDecision, UpstreamEvents } from '../upstream/events.js';
+import type { RefusalReason, UpstreamResult } from '../upstream/upstream.js';
+import { PERCH_VERSION } from '../version.js';
 
 /** `route` label: an endpoint name, or `none` for requests that matched no endpoint. */
 export type RouteLabel = EndpointName | 'none';
@@ -11,6 +14,9 @@ export type RouteLabel = EndpointName | 'none';
 export function upstreamOutcome(result: UpstreamResult): string {
   return result.kind === 'failed' ? result.failure : result.kind;
 }
+
+const CREDENTIAL_STATES: readonly CredentialState[] = ['active', 'cooling_down', 'usage_capped', 'revoked'];
+const BREAKER_STATES: readonly BreakerState[] = ['closed', 'open', 'half_open'];
 
 /** Seconds, because Prometheus base units are seconds; buckets span a cache hit to a timeout. */
 const DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
@@ -24,15 +30,22 @@ const DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 
  * Labelled children are bound once per label combination and kept in a Map keyed by a short
  * composed string: the request path then does one Map lookup, not prom-client's label hashing.
  */
-export class PerchMetrics {
+export class PerchMetrics implements UpstreamEvents {
   readonly registry = new Registry();
-  readonly #requests: Counter;
-  readonly #requestDuration: Histogram;
+  readonly #requests: FastCounter;
+  readonly #keyRequests: FastCounter;
+  readonly #requestDuration: FastHistogram;
   readonly #upstreamRequests: Counter;
   readonly #upstreamDuration: Histogram;
   readonly #coalesced: Counter;
   readonly #rateLimited: Counter;
   readonly #purges: Counter;
+  readonly #refused: Counter;
+  readonly #queueWait: Histogram;
+  readonly #credentialState: Gauge;
+  readonly #breakerState: Gauge;
+  readonly #retries: Counter;
+  readonly #failovers: Counter;
   readonly #children = new Map<string, { inc(): void } | { observe(value: number): void }>();
   readonly #cacheTiers = new Map<CacheTier, Pick<CacheStore, 'size'>>();
 
@@ -40,19 +53,35 @@ export class PerchMetrics {
     const registers = [this.registry];
     // Standard names (process_*, nodejs_*), so stock dashboards and alerts work unchanged.
     collectDefaultMetrics({ register: this.registry });
-    this.#requests = new Counter({
-      name: 'perch_requests_total',
-      help: 'Responses sent on the API listener, by endpoint, status code and cache outcome.',
-      labelNames: ['route', 'status', 'cache'],
+    // Gauges named like counters, which `promtool check metrics` rejects; each has a twin
+    // without the suffix (nodejs_active_handles, ...) holding the same number.
+    for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']) {
+      this.registry.removeSingleMetric(name);
+    }
+    new Gauge({
+      name: 'perch_build_info',
+      help: 'Always 1; the labels say which perch and which Node.js are running.',
+      labelNames: ['version', 'node'],
       registers,
-    });
-    this.#requestDuration = new Histogram({
-      name: 'perch_request_duration_seconds',
-      help: 'Time from receiving a request to sending its response.',
-      labelNames: ['route', 'cache'],
-      buckets: DURATION_BUCKETS,
-      registers,
-    });
+    }).set({ version: PERCH_VERSION, node: process.version }, 1);
+    // The three metrics every response updates: FastCounter and FastHistogram, which cost one
+    // Map lookup and an addition per update instead of prom-client's label hashing.
+    this.#requests = new FastCounter(
+      'perch_requests_total',
+      'Responses sent on the API listener, by endpoint, status code and cache outcome.',
+      this.registry,
+    );
+    this.#keyRequests = new FastCounter(
+      'perch_key_requests_total',
+      'Responses sent to authenticated clients, by client key id, status code and cache outcome.',
+      this.registry,
+    );
+    this.#requestDuration = new FastHistogram(
+      'perch_request_duration_seconds',
+      'Time from receiving a request to sending its response.',
+      DURATION_BUCKETS,
+      this.registry,
+    );
     this.#upstreamRequests = new Counter({
       name: 'perch_upstream_requests_total',
       help: 'Upstream exchanges (each failover attempt counts), by upstream, endpoint and outcome.',
@@ -82,6 +111,43 @@ export class PerchMetrics {
       name: 'perch_purges_total',
       help: 'Cache purges requested on this instance (POST /admin/purge), by endpoint name or "all".',
       labelNames: ['scope'],
+      registers,
+    });
+    this.#refused = new Counter({
+      name: 'perch_upstream_refused_total',
+      help: 'Upstream calls perch did not make to protect the provider, by upstream, endpoint and reason.',
+      labelNames: ['upstream', 'route', 'reason'],
+      registers,
+    });
+    this.#queueWait = new Histogram({
+      name: 'perch_upstream_queue_wait_seconds',
+      help: "Time misses waited in an upstream's call-cap queue (admitted or not).",
+      labelNames: ['upstream'],
+      buckets: DURATION_BUCKETS,
+      registers,
+    });
+    this.#credentialState = new Gauge({
+      name: 'perch_upstream_credential_state',
+      help: 'Standing of each upstream credential as this instance last saw it: 1 for the current state.',
+      labelNames: ['upstream', 'credential', 'state'],
+      registers,
+    });
+    this.#breakerState = new Gauge({
+      name: 'perch_upstream_breaker_state',
+      help: "Each upstream breaker's state: 1 for the current state.",
+      labelNames: ['upstream', 'state'],
+      registers,
+    });
+    this.#retries = new Counter({
+      name: 'perch_upstream_retries_total',
+      help: 'Decisions of the retry layer on retryable failures: retried, budget_exhausted, no_time, exhausted.',
+      labelNames: ['upstream', 'route', 'decision'],
+      registers,
+    });
+    this.#failovers = new Counter({
+      name: 'perch_upstream_failovers_total',
+      help: 'Requests that left an upstream for the next of their route, by the upstream left and why.',
+      labelNames: ['upstream', 'route', 'reason'],
       registers,
     });
     const tiers = this.#cacheTiers;
@@ -114,6 +180,22 @@ export class PerchMetrics {
     });
   }
 
+  /**
+   * Exports the memory tier's eviction count (entries dropped to stay within `max_bytes`), read
+   * at scrape time so the cache's hot path only bumps a number.
+   */
+  addEvictionCount(read: () => number): void {
+    new Counter({
+      name: 'perch_cache_evictions_total',
+      help: 'Entries the memory cache tier dropped to stay within cache.memory.max_bytes (not expiries or purges).',
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        this.inc(read());
+      },
+    });
+  }
+
   /** Reports a cache tier's size on every scrape. A tier whose `size()` is undefined is skipped. */
   addCacheTier(store: Pick<CacheStore, 'tier' | 'size'>): void {
     this.#cacheTiers.set(store.tier, store);
@@ -136,8 +218,8 @@ export class PerchMetrics {
 
   /** One response: called once per request, from the handler's single exit. */
   request(route: RouteLabel, status: number, cache: CacheOutcome, seconds: number): void {
-    this.#counter(this.#requests, `r|${route}|${status}|${cache}`, { route, status: String(status), cache }).inc();
-    this.#histogram(this.#requestDuration, `d|${route}|${cache}`, { route, cache }).observe(seconds);
+    this.#requests.series(`${route}|${status}|${cache}`, { route, status: String(status), cache }).value++;
+    this.#requestDuration.observe(this.#requestDuration.series(`${route}|${cache}`, { route, cache }), seconds);
     if (cache === 'coalesced') this.#counter(this.#coalesced, `c|${route}`, { route }).inc();
   }
 
@@ -148,6 +230,14 @@ export class PerchMetrics {
     this.#histogram(this.#upstreamDuration, `ud|${upstream}|${route}`, { upstream, route }).observe(seconds);
   }
 
+  /**
+   * One response to an authenticated client, whatever its outcome: per-key usage. `keyId` is
+   * the configured id, never the secret.
+   */
+  keyRequest(keyId: string, status: number, cache: CacheOutcome): void {
+    this.#keyRequests.series(`${keyId}|${status}|${cache}`, { key_id: keyId, status: String(status), cache }).value++;
+  }
+
   /** A request perch refused with 429 under the client's plan. `keyId` is the configured id, never the secret. */
   rateLimited(keyId: string): void {
     this.#counter(this.#rateLimited, `l|${keyId}`, { key_id: keyId }).inc();
@@ -156,6 +246,30 @@ export class PerchMetrics {
   /** A purge this instance carried out for an admin request. */
   purge(scope: EndpointName | 'all'): void {
     this.#counter(this.#purges, `p|${scope}`, { scope }).inc();
+  }
+
+  refused(upstream: string, route: EndpointName, reason: RefusalReason): void {
+    this.#counter(this.#refused, `rf|${upstream}|${route}|${reason}`, { upstream, route, reason }).inc();
+  }
+
+  queued(upstream: string, seconds: number): void {
+    this.#histogram(this.#queueWait, `q|${upstream}`, { upstream }).observe(seconds);
+  }
+
+  credentialState(upstream: string, credential: string, state: CredentialState): void {
+    for (const each of CREDENTIAL_STATES) this.#credentialState.set({ upstream, credential, state: each }, each === state ? 1 : 0);
+  }
+
+  breakerState(upstream: string, state: BreakerState): void {
+    for (const each of BREAKER_STATES) this.#breakerState.set({ upstream, state: each }, each === state ? 1 : 0);
+  }
+
+  retry(upstream: string, route: EndpointName, decision: RetryDecision): void {
+    this.#counter(this.#retries, `rt|${upstream}|${route}|${decision}`, { upstream, route, decision }).inc();
+  }
+
+  failover(upstream: string, route: EndpointName, reason: string): void {
+    this.#counter(this.#failovers, `fo|${upstream}|${route}|${reason}`, { upstream, route, reason }).inc();
   }
 
   /** The Prometheus text exposition and its content type. */

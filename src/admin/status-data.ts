@@ -1,0 +1,155 @@
+import type { TieredCache } from '../cache/tiered-cache.js';
+import { ENDPOINT_NAMES, type EndpointName } from '../endpoints.js';
+import type { PerchMetrics } from '../observability/metrics.js';
+import type { Runtime } from '../server/runtime.js';
+import { PERCH_VERSION } from '../version.js';
+
+/** One endpoint's responses since this instance started, by how the cache took part. */
+export interface EndpointRow {
+  readonly endpoint: EndpointName;
+  readonly requests: number;
+  readonly hits: number;
+  readonly stale: number;
+  readonly coalesced: number;
+  readonly misses: number;
+  /**
+   * (hits + stale) / (hits + stale + coalesced + misses); null before any request reached the
+   * cache. Requests refused before the cache was consulted (bad key, bad parameter) do not count.
+   */
+  readonly hit_ratio: number | null;
+}
+
+export interface UpstreamRow {
+  readonly name: string;
+  /** `ok`, or why perch would not call it now (`cooling_down`, `breaker_open`, ...). */
+  readonly state: string;
+  /** When that stop ends (ISO-8601), or null. */
+  readonly until: string | null;
+  readonly breaker: string;
+  /** Exchanges made, failover attempts and retries included. */
+  readonly calls: number;
+  /** Exchanges that failed or timed out. */
+  readonly errors: number;
+  /** Exchanges the provider refused with a rate limit or usage cap: each starts a cool-down. */
+  readonly rate_limited: number;
+  /** Calls perch did not make to protect the provider (cool-down, cap, open breaker). */
+  readonly refused: number;
+  readonly credentials: readonly { readonly id: string; readonly state: string; readonly until: string | null }[];
+}
+
+/** One client key's usage since this instance started; `id` is the configured id, never the secret. */
+export interface KeyRow {
+  readonly id: string;
+  readonly requests: number;
+  readonly hits: number;
+  /** Responses with a status of 400 or more, rate-limit refusals included. */
+  readonly errors: number;
+  readonly rate_limited: number;
+}
+
+/** What `/status.json` returns; counts are cumulative since this instance started. */
+export interface StatusSnapshot {
+  readonly version: string;
+  readonly generated_at: string;
+  readonly uptime_seconds: number;
+  readonly config: { readonly reload_successful: boolean; readonly loaded_at: string };
+  readonly endpoints: readonly EndpointRow[];
+  readonly upstreams: readonly UpstreamRow[];
+  readonly keys: readonly KeyRow[];
+  readonly cache: {
+    readonly memory: { readonly entries: number; readonly bytes: number; readonly max_bytes: number; readonly evictions: number };
+    /** Null without `cache.redis`. */
+    readonly redis: { readonly breaker: string; readonly connected: boolean; readonly errors: number; readonly skipped: number } | null;
+  };
+}
+
+export interface StatusSources {
+  readonly runtime: Runtime;
+  readonly metrics: PerchMetrics;
+  readonly cache: TieredCache;
+}
+
+type Sample = { readonly labels: Readonly<Record<string, string | number | undefined>>; readonly value: number };
+
+/**
+ * Gathers the status figures. Counters are read from the metrics registry, the one record the
+ * request path keeps, so the page and Prometheus never disagree and the hot path does no extra
+ * work for the page; states are read from their owners, like `/readyz` does.
+ */
+export async function collectStatus(sources: StatusSources): Promise<StatusSnapshot> {
+  const { runtime, metrics, cache } = sources;
+  const [requests, upstreamCalls, refusals, keyRequests, rateLimited] = await Promise.all([
+    samples(metrics, 'perch_requests_total'),
+    samples(metrics, 'perch_upstream_requests_total'),
+    samples(metrics, 'perch_upstream_refused_total'),
+    samples(metrics, 'perch_key_requests_total'),
+    samples(metrics, 'perch_rate_limited_total'),
+  ]);
+  const now = runtime.current;
+  const memorySize = cache.memory.size() ?? { entries: 0, bytes: 0 };
+  const redisStats = cache.redisStats;
+  return {
+    version: PERCH_VERSION,
+    generated_at: new Date().toISOString(),
+    uptime_seconds: Math.round(process.uptime()),
+    config: { reload_successful: runtime.reloadStatus.successful, loaded_at: new Date(runtime.reloadStatus.lastSuccessMs).toISOString() },
+    endpoints: ENDPOINT_NAMES.map((endpoint) => endpointRow(endpoint, requests.filter((s) => s.labels.route === endpoint))),
+    upstreams: Object.entries(now.upstreams.status()).map(([name, status]): UpstreamRow => {
+      const calls = upstreamCalls.filter((s) => s.labels.upstream === name);
+      return {
+        name,
+        state: status.state,
+        until: iso(status.untilMs),
+        breaker: status.breaker,
+        calls: sum(calls),
+        errors: sum(calls.filter((s) => !NOT_ERRORS.has(String(s.labels.outcome)))),
+        rate_limited: sum(calls.filter((s) => s.labels.outcome === 'rate_limited')),
+        refused: sum(refusals.filter((s) => s.labels.upstream === name)),
+        credentials: Object.entries(status.credentials).map(([id, credential]) => ({ id, state: credential.state, until: iso(credential.untilMs) })),
+      };
+    }),
+    keys: now.config.auth.keys.map(({ id }): KeyRow => {
+      const mine = keyRequests.filter((s) => s.labels.key_id === id);
+      return {
+        id,
+        requests: sum(mine),
+        hits: sum(mine.filter((s) => s.labels.cache === 'hit' || s.labels.cache === 'stale')),
+        errors: sum(mine.filter((s) => Number(s.labels.status) >= 400)),
+        rate_limited: sum(rateLimited.filter((s) => s.labels.key_id === id)),
+      };
+    }),
+    cache: {
+      memory: { ...memorySize, max_bytes: now.config.cache.memory.max_bytes, evictions: cache.memory.evictions },
+      redis:
+        redisStats === undefined
+          ? null
+          : { breaker: cache.redisState ?? 'closed', connected: cache.redisConnected === true, errors: redisStats.errors, skipped: redisStats.skipped },
+    },
+  };
+}
+
+/** Upstream outcomes that are answers, not failures: the provider did its job. */
+const NOT_ERRORS = new Set(['ok', 'not_found', 'bad_request', 'rate_limited']);
+
+function endpointRow(endpoint: EndpointName, rows: readonly Sample[]): EndpointRow {
+  const by = (outcome: string) => sum(rows.filter((s) => s.labels.cache === outcome));
+  const hits = by('hit');
+  const stale = by('stale');
+  const coalesced = by('coalesced');
+  const misses = by('miss');
+  const consulted = hits + stale + coalesced + misses;
+  return { endpoint, requests: sum(rows), hits, stale, coalesced, misses, hit_ratio: consulted === 0 ? null : (hits + stale) / consulted };
+}
+
+async function samples(metrics: PerchMetrics, name: string): Promise<readonly Sample[]> {
+  const metric = metrics.registry.getSingleMetric(name);
+  return metric === undefined ? [] : (await metric.get()).values;
+}
+
+function sum(rows: readonly Sample[]): number {
+  return rows.reduce((total, s) => total + s.value, 0);
+}
+
+function iso(ms: number | undefined): string | null {
+  return ms === undefined ? null : new Date(ms).toISOString();
+}

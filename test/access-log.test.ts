@@ -1,0 +1,83 @@
+import assert from 'node:assert/strict';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { test } from 'node:test';
+import { createAccessLog, type AccessFields } from '../src/observability/access-log.js';
+import { LineBatcher } from '../src/observability/line-batcher.js';
+import { createLogger } from '../src/observability/logger.js';
+
+const FIELDS: AccessFields = {
+  req_id: 'id-1',
+  method: 'GET',
+  path: '/v1/users/1?x="quoted"\\',
+  route: 'user',
+  status: 200,
+  cache: 'hit',
+  upstream: null,
+  upstream_ms: null,
+  ms: 0.12,
+  key_id: 'alpha',
+  remote: '127.0.0.1',
+  user_agent: 'agent \u2028 with "quotes" and \u0001',
+};
+
+/** A logger writing into memory, with the clock frozen so two lines can be compared whole. */
+function capture(format: { time: 'epoch_ms' | 'iso'; level_format: 'number' | 'label' }) {
+  const lines: string[] = [];
+  const sink = new Writable({
+    write(chunk: Buffer, _encoding, done) {
+      lines.push(chunk.toString('utf8'));
+      done();
+    },
+  });
+  const logger = createLogger({ level: 'info', ...format }, sink);
+  return { logger, lines };
+}
+
+for (const time of ['epoch_ms', 'iso'] as const) {
+  for (const level_format of ['number', 'label'] as const) {
+    test(`the access line is byte for byte what pino writes for the same fields (time ${time}, level ${level_format})`, { timeout: 5000 }, (t) => {
+      t.mock.timers.enable({ apis: ['Date'], now: Date.UTC(2026, 0, 1, 12) });
+      const { logger, lines } = capture({ time, level_format });
+      logger.info({ ...FIELDS }, 'request');
+      createAccessLog(logger)(FIELDS);
+      assert.equal(lines.length, 2);
+      assert.equal(lines[1], lines[0]);
+      assert.deepEqual(JSON.parse(lines[1]!).user_agent, FIELDS.user_agent);
+    });
+  }
+}
+
+test('the access line follows the level: none below info, and again after a change', { timeout: 5000 }, () => {
+  const { logger, lines } = capture({ time: 'epoch_ms', level_format: 'number' });
+  const access = createAccessLog(logger);
+  logger.level = 'warn';
+  access(FIELDS);
+  assert.equal(lines.length, 0);
+  logger.level = 'info';
+  access(FIELDS);
+  assert.equal(lines.length, 1);
+});
+
+test('the line batcher writes every line, in order, once flushed', { timeout: 5000 }, async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'perch-lines-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const file = join(dir, 'log');
+  const fd = openSync(file, 'w');
+  t.after(() => closeSync(fd));
+  const batcher = new LineBatcher(fd);
+  const expected: string[] = [];
+  // Enough lines for several 64 KB batches, with a flush racing the writes in flight.
+  for (let i = 0; i < 5000; i++) {
+    const line = `{"n":${i},"pad":"${'x'.repeat(i % 50)}é"}\n`;
+    expected.push(line);
+    batcher.write(line);
+  }
+  await new Promise<void>((resolve) => batcher.flush(() => resolve()));
+  assert.equal(readFileSync(file, 'utf8'), expected.join(''));
+  batcher.write('{"last":true}\n');
+  batcher.flushSync();
+  assert.equal(readFileSync(file, 'utf8'), `${expected.join('')}{"last":true}\n`);
+});

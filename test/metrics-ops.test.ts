@@ -1,0 +1,140 @@
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { parseConfig } from '../src/config/load.js';
+import { createPerch } from '../src/server/server.js';
+import { PERCH_VERSION } from '../src/version.js';
+import { captureLogs } from './helpers/log-capture.js';
+import { KEY, OTHER_KEY, startPerch, testConfig } from './helpers/perch.js';
+
+const T = { timeout: 20_000 };
+const DASHBOARD = fileURLToPath(new URL('../../deploy/grafana-dashboard.json', import.meta.url));
+
+function sample(text: string, series: string): number | undefined {
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+  return line === undefined ? undefined : Number(line.slice(series.length + 1));
+}
+
+async function scrape(url: string): Promise<string> {
+  const res = await fetch(`${url}/metrics`);
+  assert.equal(res.status, 200);
+  return res.text();
+}
+
+/** `promtool check metrics` is the Prometheus project's own lint; .ci/run installs it. */
+function promtool(): string | undefined {
+  const probe = spawnSync('promtool', ['--version'], { encoding: 'utf8' });
+  return probe.error === undefined && probe.status === 0 ? 'promtool' : undefined;
+}
+
+test('perch_build_info names the version and Node; perch_key_requests_total counts every outcome per key', T, async (t) => {
+  const perch = await startPerch(
+    t,
+    testConfig('demo: { kind: fixture }').replace('big: { capacity: 100000, refill_per_second: 100000 }', 'big: { capacity: 3, refill_per_second: 0.001 }'),
+  );
+  await perch.request('/v1/users/1');
+  await perch.request('/v1/users/1');
+  await perch.request('/v1/users/abc');
+  await perch.request('/v1/users/1');
+  await perch.request('/v1/users/1', { key: OTHER_KEY });
+  await perch.request('/v1/users/1', { key: 'unknown-key-0123456789' });
+  const text = await scrape(perch.url);
+  assert.equal(sample(text, `perch_build_info{version="${PERCH_VERSION}",node="${process.version}"}`), 1);
+  assert.match(PERCH_VERSION, /^\d+\.\d+\.\d+/);
+  assert.equal(sample(text, 'perch_key_requests_total{key_id="alpha",status="200",cache="miss"}'), 1);
+  assert.equal(sample(text, 'perch_key_requests_total{key_id="alpha",status="200",cache="hit"}'), 1);
+  assert.equal(sample(text, 'perch_key_requests_total{key_id="alpha",status="400",cache="none"}'), 1);
+  assert.equal(sample(text, 'perch_key_requests_total{key_id="alpha",status="429",cache="none"}'), 1);
+  assert.equal(sample(text, 'perch_key_requests_total{key_id="bravo",status="200",cache="hit"}'), 1);
+  // An unknown key has no id: 401s are in perch_requests_total only.
+  assert.doesNotMatch(text, /perch_key_requests_total\{[^}]*status="401"/);
+  assert.ok(!text.includes(KEY));
+});
+
+test('perch_cache_evictions_total counts entries the memory tier dropped for space, not deletes', T, async (t) => {
+  const config = parseConfig(testConfig('demo: { kind: fixture }', 'cache: { memory: { max_bytes: 1048576 } }'), {});
+  const perch = createPerch({ config, logger: captureLogs().logger });
+  const { port } = await perch.listen();
+  t.after(() => perch.close());
+  const entry = { status: 200 as const, body: Buffer.alloc(300_000), storedAt: Date.now(), ttlMs: 60_000, generation: { all: 0, scope: 0 } };
+  perch.cache.memory.set('/a', entry, 60_000);
+  perch.cache.memory.delete('/a');
+  assert.equal(sample(await scrape(`http://127.0.0.1:${port}`), 'perch_cache_evictions_total'), 0);
+  for (const key of ['/1', '/2', '/3', '/4', '/5']) perch.cache.memory.set(key, entry, 60_000);
+  // Three 300 KB entries fit in 1 MiB; the fourth and fifth each push the oldest out.
+  assert.equal(sample(await scrape(`http://127.0.0.1:${port}`), 'perch_cache_evictions_total'), 2);
+});
+
+test('a refused reload shows in perch_config_last_reload_* and the /readyz checks; a good one clears it', T, async (t) => {
+  const yaml = testConfig('demo: { kind: fixture }');
+  const perch = createPerch({ config: parseConfig(yaml, {}), logger: captureLogs().logger });
+  const { port } = await perch.listen();
+  t.after(() => perch.close());
+  const url = `http://127.0.0.1:${port}`;
+  const ready = async () => {
+    const res = await fetch(`${url}/readyz`);
+    return { status: res.status, body: (await res.json()) as { status: string; checks: Record<string, string> } };
+  };
+  let text = await scrape(url);
+  assert.equal(sample(text, 'perch_config_last_reload_successful'), 1);
+  const loadedAt = sample(text, 'perch_config_last_reload_success_timestamp_seconds')!;
+  assert.ok(Math.abs(loadedAt - Date.now() / 1000) < 60, String(loadedAt));
+  assert.equal((await ready()).body.checks.config, 'ok');
+
+  perch.reloadFailed();
+  text = await scrape(url);
+  assert.equal(sample(text, 'perch_config_last_reload_successful'), 0);
+  assert.equal(sample(text, 'perch_config_last_reload_success_timestamp_seconds'), loadedAt);
+  const degraded = await ready();
+  // Still serving the previous configuration: ready, but not silently.
+  assert.equal(degraded.status, 200);
+  assert.equal(degraded.body.status, 'degraded');
+  assert.match(degraded.body.checks.config!, /^last reload failed at \d{4}-.*Z: serving the configuration loaded at \d{4}-.*Z$/);
+  assert.equal((await fetch(`${url}/v1/users/1`, { headers: { 'x-api-key': KEY } })).status, 200);
+
+  perch.reload(parseConfig(yaml, {}));
+  text = await scrape(url);
+  assert.equal(sample(text, 'perch_config_last_reload_successful'), 1);
+  assert.ok(sample(text, 'perch_config_last_reload_success_timestamp_seconds')! >= loadedAt);
+  assert.deepEqual((await ready()).body.status, 'ok');
+});
+
+test('promtool check metrics finds nothing to fix in a scrape with traffic on every kind of series', T, async (t) => {
+  const bin = promtool();
+  if (bin === undefined) {
+    // .ci/run installs it and sets PERCH_REQUIRE_PROMTOOL, so CI never skips this silently.
+    assert.notEqual(process.env.PERCH_REQUIRE_PROMTOOL, '1', 'promtool is required but not on PATH');
+    t.skip('promtool is not installed (Debian package "prometheus"; .ci/run installs it)');
+    return;
+  }
+  const perch = await startPerch(t, testConfig('demo: { kind: fixture }'));
+  await perch.request('/v1/users/1');
+  await perch.request('/v1/users/1');
+  await perch.request('/v1/users/abc');
+  await perch.request('/nope');
+  const text = await scrape(perch.url);
+  const result = spawnSync(bin, ['check', 'metrics'], { input: text, encoding: 'utf8', timeout: 10_000 });
+  assert.equal(result.status, 0, `promtool check metrics:\n${result.stdout}${result.stderr}`);
+  assert.doesNotMatch(text, /^nodejs_active_\w+_total /m);
+  // The same numbers stay, under the names without the suffix.
+  assert.match(text, /^# TYPE nodejs_active_handles gauge$/m);
+});
+
+test('the Grafana dashboard queries only exported metrics and never mixes units in a panel', T, async (t) => {
+  const perch = await startPerch(t, testConfig('demo: { kind: fixture }'));
+  await perch.request('/v1/users/1');
+  const exported = new Set([...(await scrape(perch.url)).matchAll(/^# TYPE (\w+) (\w+)/gm)].flatMap(([, name, type]) =>
+    type === 'histogram' ? [`${name}_bucket`, `${name}_sum`, `${name}_count`] : [name!],
+  ));
+  // Series that exist only with Redis or after an event; the rest must be in this scrape.
+  const conditional = new Set(['perch_redis_up']);
+  const dashboard = JSON.parse(readFileSync(DASHBOARD, 'utf8')) as { panels: { title: string; targets?: { expr: string }[] }[] };
+  for (const panel of dashboard.panels) {
+    const names = new Set((panel.targets ?? []).flatMap((target) => [...target.expr.matchAll(/\b((?:perch|process|nodejs)_\w+)/g)].map((m) => m[1]!)));
+    for (const name of names) assert.ok(exported.has(name) || conditional.has(name), `${panel.title}: ${name} is not exported`);
+    const units = new Set([...names].map((name) => /_bytes$/.test(name) ? 'bytes' : /_seconds(_bucket|_sum|_count)?$/.test(name) ? 'seconds' : 'other'));
+    assert.ok(!(units.has('bytes') && units.has('seconds')), `${panel.title} mixes bytes and seconds`);
+  }
+});
