@@ -7,11 +7,11 @@ import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { cannon } from './lib/load.mjs';
 import { BENCH_KEY, ensureBuilt, get, metricsSection, startPerch } from './lib/perch.mjs';
 import { installCleanup, pinning, pinSelf } from './lib/procs.mjs';
 import { summarizeProfile } from './lib/profile.mjs';
 import { startUpstream } from './lib/servers.mjs';
+import { wrk } from './lib/wrk.mjs';
 import { HIT_PATH } from './scenarios/hit.mjs';
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
@@ -29,7 +29,7 @@ const pin = pinning({ serverCpu: 0, clientCpu: 1 });
 pinSelf(pin.clientCpu);
 const tmpDir = mkdtempSync(join(os.tmpdir(), 'perch-profile-'));
 process.on('exit', () => rmSync(tmpDir, { recursive: true, force: true }));
-const ctx = { options: { logToFile: false }, pin, tmpDir, repoRoot, perchMain, log: console.error };
+const ctx = { options: { logToFile: true }, pin, tmpDir, repoRoot, perchMain, log: console.error };
 ctx.metricsYaml = metricsSection(ctx);
 const profileDir = join(benchDir, 'profiles', new Date().toISOString().replace(/[:.]/g, '-'));
 
@@ -48,9 +48,9 @@ try {
   const hit = await get(perch.url, HIT_PATH);
   if (!String(hit.headers['cache-status']).startsWith(missPath ? 'perch; fwd=miss' : 'perch; hit')) throw new Error(`unexpected cache-status ${hit.headers['cache-status']}`);
   window.fromUs = Number(process.hrtime.bigint() / 1000n);
-  const result = await cannon({ url: perch.url, path: HIT_PATH, headers: { 'x-api-key': BENCH_KEY }, connections, durationS, serverPids: [perch.proc.pid] });
+  const result = await wrk({ url: perch.url, path: HIT_PATH, headers: { 'x-api-key': BENCH_KEY }, connections, durationS, cpu: pin.clientCpu, serverCpu: pin.serverCpu, serverPids: [perch.proc.pid] });
   window.toUs = Number(process.hrtime.bigint() / 1000n);
-  console.log(`profiled ${missPath ? 'miss' : 'hit'} run (${durationS} s, ${connections} conns, --cpu-prof on): ${result.rps.toFixed(0)} req/s, p50 ${result.p50.toFixed(2)} ms, p99 ${result.p99.toFixed(2)} ms, server CPU ${(result.serverCpu * 100).toFixed(0)}%`);
+  console.log(`profiled ${missPath ? 'miss' : 'hit'} run (${durationS} s, ${connections} conns, --cpu-prof on): ${result.rps.toFixed(0)} req/s, p50 ${result.p50.toFixed(2)} ms, p99 ${result.p99.toFixed(2)} ms, server CPU ${(result.serverCpu * 100).toFixed(0)}%, generator CPU ${(result.generatorCpu * 100).toFixed(0)}%`);
 } finally {
   await perch.proc.stop(15_000); // SIGTERM: perch exits cleanly and V8 writes the profile
   await upstream.proc.stop();

@@ -2,15 +2,16 @@
 // perch benchmarks (issue #6): `npm run bench` from bench/. Runs every scenario, prints a table,
 // writes bench/RESULTS.md. Environment:
 //   BENCH_DURATION_S (10)        seconds per measured hit/miss run
-//   BENCH_RUNS (3)               runs per figure (median reported)
+//   BENCH_RUNS (3)               interleaved rounds per figure, at least 3 (median reported)
 //   BENCH_WARMUP_S (2)           warm-up run per target before measuring (capped at the duration)
 //   BENCH_CONNECTIONS (64)       hit-path connections, also the cache-fill concurrency
 //   BENCH_MISS_CONNECTIONS (1)   miss-path connections (see scenarios/miss.mjs)
-//   BENCH_ONLY                   comma list of scenarios: hit,miss,economy,memory,redis-frozen
+//   BENCH_ONLY                   comma list of scenarios: hit,miss,economy,memory,redis-frozen,validate,quota,sick-upstream
 //   BENCH_ECONOMY_REQUESTS (100000), BENCH_ECONOMY_KEYS (10000), BENCH_ZIPF_S (1.1), BENCH_SEED (6)
 //   BENCH_MEMORY_ENTRIES (100000), BENCH_MEMORY_MAX_BYTES (134217728)
 //   BENCH_SERVER_CPU (0), BENCH_CLIENT_CPU (1)
-//   BENCH_LOG_FILE=1             perch logs to a file in the temp dir instead of /dev/null
+//   BENCH_LOG_FILE=0             perch logs to /dev/null instead of a file in the temp dir (diagnosis
+//                                only: production writes its log, and the figures say which it was)
 //   BENCH_RESULTS                output file (bench/RESULTS.md)
 //   BENCH_PERCH_ROOT             perch checkout to measure (default: the repository around bench/)
 import { execFileSync } from 'node:child_process';
@@ -20,12 +21,18 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ensureBuilt, metricsSection } from './lib/perch.mjs';
 import { installCleanup, pinning, pinSelf } from './lib/procs.mjs';
-import { evaluate, printTable, writeResults } from './lib/report.mjs';
+import { nginxVersion } from './lib/nginx.mjs';
+import { evaluate, printTables, writeResults } from './lib/report.mjs';
+import { varnishVersion } from './lib/varnish.mjs';
+import { wrkVersion } from './lib/wrk.mjs';
 import { economyScenario } from './scenarios/economy.mjs';
 import { hitScenario } from './scenarios/hit.mjs';
 import { memoryScenario } from './scenarios/memory.mjs';
 import { missScenario } from './scenarios/miss.mjs';
+import { quotaScenario } from './scenarios/quota.mjs';
 import { redisFrozenScenario } from './scenarios/redis-frozen.mjs';
+import { sickUpstreamScenario } from './scenarios/sick-upstream.mjs';
+import { validateScenario } from './scenarios/validate.mjs';
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
 // BENCH_PERCH_ROOT: another checkout/build of perch to measure (default: this repository).
@@ -41,7 +48,19 @@ function num(name, fallback, { min = 0, integer = false } = {}) {
   return value;
 }
 
-const SCENARIOS = { hit: hitScenario, miss: missScenario, economy: economyScenario, memory: memoryScenario, 'redis-frozen': redisFrozenScenario };
+const SCENARIOS = {
+  hit: hitScenario,
+  miss: missScenario,
+  economy: economyScenario,
+  memory: memoryScenario,
+  'redis-frozen': redisFrozenScenario,
+  validate: validateScenario,
+  quota: quotaScenario,
+  'sick-upstream': sickUpstreamScenario,
+};
+
+/** The scenarios whose figures wrk measures. */
+const LOAD_GENERATED = ['hit', 'miss', 'redis-frozen'];
 
 function readOptions() {
   const durationS = num('BENCH_DURATION_S', 10, { min: 1 });
@@ -49,14 +68,14 @@ function readOptions() {
   for (const name of only) if (!(name in SCENARIOS)) throw new Error(`BENCH_ONLY: unknown scenario ${name} (known: ${Object.keys(SCENARIOS).join(', ')})`);
   return {
     durationS,
-    runs: num('BENCH_RUNS', 3, { min: 1, integer: true }),
+    runs: num('BENCH_RUNS', 3, { min: 3, integer: true }),
     warmupS: Math.min(durationS, num('BENCH_WARMUP_S', 2, { min: 1 })),
     connections: num('BENCH_CONNECTIONS', 64, { min: 1, integer: true }),
     missConnections: num('BENCH_MISS_CONNECTIONS', 1, { min: 1, integer: true }),
     only: only.length > 0 ? only : Object.keys(SCENARIOS),
     serverCpu: num('BENCH_SERVER_CPU', 0, { integer: true }),
     clientCpu: num('BENCH_CLIENT_CPU', 1, { integer: true }),
-    logToFile: process.env.BENCH_LOG_FILE === '1',
+    logToFile: process.env.BENCH_LOG_FILE !== '0',
     results: process.env.BENCH_RESULTS ?? join(benchDir, 'RESULTS.md'),
     economy: {
       requests: num('BENCH_ECONOMY_REQUESTS', 100_000, { min: 1, integer: true }),
@@ -86,6 +105,10 @@ function gitDescription() {
 
 async function main() {
   const options = readOptions();
+  const wrkLine = wrkVersion();
+  if (wrkLine === null && options.only.some((name) => LOAD_GENERATED.includes(name))) {
+    throw new Error('wrk is not on PATH: run `npm run setup` in bench/ (installs wrk, nginx and varnish with apt)');
+  }
   installCleanup();
   const perchMain = join(repoRoot, 'dist', 'src', 'main.js');
   const built = ensureBuilt(repoRoot, perchMain);
@@ -100,6 +123,7 @@ async function main() {
 
   log(`bench: ${options.only.join(', ')}; ${options.durationS} s x ${options.runs} runs; ${pin.note}`);
   const figures = [];
+  const tables = [];
   const notes = [];
   const errors = [];
   for (const name of options.only) {
@@ -108,6 +132,7 @@ async function main() {
     try {
       const result = await SCENARIOS[name](ctx);
       figures.push(...result.figures.map(evaluate));
+      tables.push(...(result.tables ?? []));
       notes.push(...result.notes);
     } catch (error) {
       errors.push(`${name}: ${error.message}`);
@@ -117,25 +142,27 @@ async function main() {
   }
 
   const cpus = os.cpus();
-  const smoke = options.durationS < 10 || options.runs < 3;
+  const smoke = options.durationS < 10;
   const env = [
     ['date', new Date().toISOString()],
     ['node', process.version],
-    ['CPUs', `${cpus.length} x ${cpus[0]?.model ?? 'unknown'}`],
+    ['CPU cores', `${cpus.length} x ${cpus[0]?.model ?? 'unknown'}`],
     ['OS', `${os.type()} ${os.release()} ${os.arch()}`],
     ['perch', `${gitDescription()}${built ? ', built by the bench' : ''}`],
     ['pinning', pin.note],
-    ['runs', `${options.runs} x ${options.durationS} s per figure (warm-up ${options.warmupS} s per target)${smoke ? ' — SMOKE' : ''}`],
+    ['rounds', `${options.runs} interleaved rounds x ${options.durationS} s per target, after a ${options.warmupS} s warm-up run per target${smoke ? ' — SMOKE' : ''}`],
+    ['load generator', `${wrkLine ?? 'wrk not found'}, 1 thread; an undici loop for fixed request lists`],
+    ['hit-path peers', `${nginxVersion() ?? 'nginx not found'}; ${varnishVersion() ?? 'varnishd not found'}`],
     ['hit connections', String(options.connections)],
     ['miss connections', String(options.missConnections)],
-    ['perch log', options.logToFile ? 'level info, access log to a file' : 'level info, access log to /dev/null'],
+    ['perch log', options.logToFile ? 'level info, access log to a file in the temp dir' : 'level info, access log to /dev/null (BENCH_LOG_FILE=0: not as production runs)'],
     ['metrics', ctx.metricsPresent === undefined ? `config ${ctx.metricsYaml ?? '(none accepted)'}` : `${ctx.metricsPresent ? 'endpoint present' : 'no /metrics endpoint in this build'} (config \`${ctx.metricsYaml ?? 'none'}\`)`],
     ['total time', `${((Date.now() - started) / 1000).toFixed(0)} s`],
   ];
-  const table = printTable(figures);
+  const table = printTables(figures, tables);
   process.stdout.write(`\n${table}\n`);
   if (errors.length > 0) process.stdout.write(`\nfailed scenarios:\n${errors.map((e) => `  ${e}`).join('\n')}\n`);
-  writeResults(options.results, { env, settings: { ...options, smoke }, figures, notes, errors });
+  writeResults(options.results, { env, settings: { ...options, smoke }, figures, tables, notes, errors });
   process.stdout.write(`\nwrote ${options.results}\n`);
   process.exitCode = errors.length > 0 ? 1 : 0;
 }

@@ -1,23 +1,40 @@
 import assert from 'node:assert/strict';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { test, type TestContext } from 'node:test';
 import type { CacheEntry } from '../src/cache/entry.js';
 import { MemoryStore } from '../src/cache/memory-store.js';
 import { RedisStore } from '../src/cache/redis-store.js';
 import type { CacheStore } from '../src/cache/store.js';
-import { systemClock } from '../src/clock.js';
 import { createRedisClient } from '../src/redis/redis-client.js';
+import { ManualClock } from './helpers/clock.js';
+import { waitFor } from './helpers/perch.js';
 import { startRedis } from './helpers/redis-server.js';
 
+interface OpenStore {
+  readonly store: CacheStore;
+  /** Lets `key`'s retention of `ms` run out: the memory tier's clock moves; Redis expires on its own. */
+  expire(key: string, ms: number): Promise<void>;
+}
+
 /** Both tiers must behave the same: the request path does not care which one answered. */
-const TIERS: Record<string, (t: TestContext) => Promise<CacheStore>> = {
-  memory: async () => new MemoryStore({ maxBytes: 16 * 1024 * 1024, clock: systemClock }),
+const TIERS: Record<string, (t: TestContext) => Promise<OpenStore>> = {
+  memory: async () => {
+    const clock = new ManualClock();
+    const store = new MemoryStore({ maxBytes: 16 * 1024 * 1024, clock });
+    const expire = async (key: string, ms: number) => {
+      // Retention ends once more than `ms` has passed.
+      clock.advance(ms + 1);
+      // lru-cache reuses one clock reading for up to a millisecond (its ttlResolution).
+      await waitFor(() => store.get(key) === undefined, 1000);
+    };
+    return { store, expire };
+  },
   redis: async (t) => {
     const redis = await startRedis(t);
     const client = createRedisClient({ url: redis.url, prefix: 'contract:', command_timeout_ms: 1000 }, 'contract-test');
     t.after(() => client.disconnect());
     await new Promise((resolve) => client.once('ready', resolve));
-    return new RedisStore(client, 'contract:');
+    const expire = (key: string) => waitFor(async () => (await client.exists(`contract:c:${key}`)) === 0);
+    return { store: new RedisStore(client, 'contract:'), expire };
   },
 };
 
@@ -27,14 +44,14 @@ function entry(body: Buffer | string, status: 200 | 404 = 200, ttlMs = 60_000): 
 
 for (const [tier, open] of Object.entries(TIERS)) {
   test(`${tier}: get of an absent key is undefined; set then get returns the entry`, async (t) => {
-    const store = await open(t);
+    const { store } = await open(t);
     assert.equal(await store.get('/v1/users/1'), undefined);
     await store.set('/v1/users/1', entry('{"id":"1"}'), 60_000);
     assert.deepEqual(await store.get('/v1/users/1'), entry('{"id":"1"}'));
   });
 
   test(`${tier}: entries keep status, storedAt and ttl`, async (t) => {
-    const store = await open(t);
+    const { store } = await open(t);
     const notFound: CacheEntry = {
       status: 404,
       body: Buffer.from('{}'),
@@ -51,7 +68,7 @@ for (const [tier, open] of Object.entries(TIERS)) {
   });
 
   test(`${tier}: a set replaces the earlier entry; delete removes it`, async (t) => {
-    const store = await open(t);
+    const { store } = await open(t);
     await store.set('k', entry('first'), 60_000);
     await store.set('k', entry('second', 404, 5_000), 60_000);
     assert.deepEqual(await store.get('k'), entry('second', 404, 5_000));
@@ -61,7 +78,7 @@ for (const [tier, open] of Object.entries(TIERS)) {
   });
 
   test(`${tier}: bodies are binary-safe (non-BMP text, invalid UTF-8, NUL, empty)`, async (t) => {
-    const store = await open(t);
+    const { store } = await open(t);
     const bodies = [
       Buffer.from('{"text":"🦜 𝕡𝕖𝕣𝕔𝕙 \\u0000 é"}'),
       Buffer.from([0xff, 0xfe, 0x00, 0xc3, 0x28, 0xed, 0xa0, 0x80, 0x7b]),
@@ -73,12 +90,11 @@ for (const [tier, open] of Object.entries(TIERS)) {
   });
 
   test(`${tier}: an entry is gone after its retention`, async (t) => {
-    const store = await open(t);
+    const { store, expire } = await open(t);
     await store.set('short', entry('x'), 40);
     await store.set('long', entry('y'), 60_000);
     assert.ok((await store.get('short')) !== undefined);
-    // Redis expires on its own clock; the memory tier on the injected (here: system) clock.
-    await sleep(120);
+    await expire('short', 40);
     assert.equal(await store.get('short'), undefined);
     assert.ok((await store.get('long')) !== undefined);
   });

@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ManualClock } from './helpers/clock.js';
 import { startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
+import { sampleUser } from './helpers/sample-bodies.js';
 import { json, sampleProvider, startUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
 
 // No stale window: these tests are about freshness itself (test/stale.test.ts covers stale serving).
@@ -116,7 +117,7 @@ test('coalesced requests share an error too, and the error is not stored', async
 
 test('the memory tier is bounded by max_bytes: old entries are evicted', async (t) => {
   const clock = new ManualClock();
-  const big = { id: '1', username: 'x', bio: 'z'.repeat(300_000) };
+  const big = { ...sampleUser('1', 'x'), bio: 'z'.repeat(300_000) };
   const upstream = await startUpstream(t, json(200, big));
   const perch = await startPerch(t, testConfig(v1('main', upstream.url), 'cache: { memory: { max_bytes: 1048576 } }'), { clock });
   for (let id = 1; id <= 5; id++) await perch.request(`/v1/users/${id}`);

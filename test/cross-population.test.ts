@@ -3,9 +3,10 @@ import { test } from 'node:test';
 import { ManualClock } from './helpers/clock.js';
 import { startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { startRedis } from './helpers/redis-server.js';
+import { sampleUser } from './helpers/sample-bodies.js';
 import { json, sampleProvider, startUpstream } from './helpers/upstream-server.js';
 
-// sampleProvider answers every user route with { id: '123', username: 'Alice' }.
+// sampleProvider answers every user route with the user { id: '123', username: 'Alice', ... }.
 const TTLS = 'cache: { stale_seconds: 0, ttl_seconds: { user: 100, user_by_username: 50 } }';
 
 test('a user fetched by username is a hit by id, with the user TTL and no upstream request', async (t) => {
@@ -33,21 +34,23 @@ test('a user fetched by id is a hit by username in any case, with the user_by_us
 });
 
 test('a body whose id or username breaks the parameter rules creates no second key', async (t) => {
-  let body: unknown = { id: '7', username: 'bad-name!' };
+  let body: unknown = sampleUser('7', 'bad-name!');
   const upstream = await startUpstream(t, (req, res) => json(200, body)(req, res));
   const perch = await startPerch(t, testConfig(v1('main', upstream.url)));
   assert.equal((await perch.request('/v1/users/7')).status, 200);
   assert.equal(perch.cache.memory.size().entries, 1);
-  // Strings: a non-string id fails the endpoint's envelope check and is a 502 anyway.
-  const invalidIds = ['12ab', '1'.repeat(21), '', '-1'];
-  for (const [i, id] of invalidIds.entries()) {
-    body = { id, username: `bob${i}` };
-    assert.equal((await perch.request(`/v1/users/by/username/bob${i}`)).status, 200);
+  // An id of other characters fails the response schema: a 502, nothing stored under any key.
+  for (const [i, id] of ['12ab', '', '-1'].entries()) {
+    body = sampleUser(id, `bob${i}`);
+    assert.equal((await perch.request(`/v1/users/by/username/bob${i}`)).status, 502);
   }
-  body = { id: '8', username: 'x'.repeat(51) };
+  // Digits, but more than a user_id may have.
+  body = sampleUser('1'.repeat(21), 'bob');
+  assert.equal((await perch.request('/v1/users/by/username/bob')).status, 200);
+  body = sampleUser('8', 'x'.repeat(51));
   await perch.request('/v1/users/8');
-  // One entry per request, none under a key taken from the body.
-  assert.equal(perch.cache.memory.size().entries, 6);
+  // One entry per answered request, none under a key taken from the body.
+  assert.equal(perch.cache.memory.size().entries, 3);
   assert.equal(upstream.requests.length, 6);
 });
 

@@ -38,26 +38,33 @@ async function setup(t: TestContext): Promise<Shared> {
   return { clock, redis, upstream, client, start };
 }
 
-/** Waits until `count` connections are subscribed to the purge channel. */
+/**
+ * Waits until `count` connections are subscribed to the purge channel. The test's own client may
+ * still be reconnecting after a Redis restart (it has no offline queue), so it is asked only once
+ * it is ready.
+ */
 async function subscribers(client: RedisClient, count: number): Promise<void> {
-  const deadline = Date.now() + 10_000;
-  for (;;) {
+  await waitFor(async () => {
+    if (client.status !== 'ready') return false;
     const [, n] = (await client.call('PUBSUB', 'NUMSUB', 't:purge')) as [string, number];
-    if (n === count) return;
-    if (Date.now() > deadline) throw new Error(`${n} purge subscribers, expected ${count}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
+    return n === count;
+  }, 10_000);
 }
 
 function applied(perch: RunningPerch, via: string): () => boolean {
   return () => perch.logs.lines().some((l) => l.msg === 'cache purge applied' && l.via === via);
 }
 
-/** Fills `a` from upstream and `b` from Redis, so both tiers of both instances hold every path. */
+/**
+ * Fills `a` from upstream and `b` from Redis, so both tiers of both instances hold every path.
+ * `a` answers its client before its Redis write lands, so on a loaded machine `b` may find a's
+ * flight instead of the entry and wait for it: either way `b` took the body from Redis.
+ */
 async function fill(a: RunningPerch, b: RunningPerch): Promise<void> {
   for (const path of [...PURGED, ...KEPT]) {
     assert.equal(await outcome(a, path), 'miss', path);
-    assert.equal(await outcome(b, path), 'redis', path);
+    const fromRedis = await outcome(b, path);
+    assert.ok(fromRedis === 'redis' || fromRedis === 'perch; fwd=miss; collapsed; detail=redis', `${path}: ${fromRedis}`);
   }
 }
 
@@ -137,7 +144,7 @@ test('counters Redis lost (restart without persistence) are restored by the inst
   // Each instance writes back what it knows when it resubscribes.
   await waitFor(() => a.cache.redisConnected === true && b.cache.redisConnected === true, 10_000);
   await subscribers(client, 2);
-  for (let i = 0; i < 500 && (await client.hget('t:gen', 'tweets:1')) !== '1'; i++) await new Promise((r) => setTimeout(r, 10));
+  await waitFor(async () => (await client.hget('t:gen', 'tweets:1')) === '1', 5000);
   assert.equal(await client.hget('t:gen', 'tweets:1'), '1');
 
   await fill(a, b);

@@ -147,3 +147,34 @@ test('each key has its own bucket', async (t) => {
     [['alpha', 200], ['alpha', 200], ['alpha', 429], ['bravo', 200]],
   );
 });
+
+test("server.rate_limit_headers x_rate_limit adds Twitter's x-rate-limit-* fields with the IETF fields' numbers", { timeout: 10_000 }, async (t) => {
+  const clock = new ManualClock(Date.UTC(2026, 0, 1, 0, 0, 0, 250));
+  const upstream = await startUpstream(t, sampleProvider);
+  const config = (dialects: string) =>
+    withPlan(testConfig(v1('main', upstream.url)), '{ capacity: 3, refill_per_second: 0.5 }').replace(
+      'server: { host: 127.0.0.1, port: 0 }',
+      `server: { host: 127.0.0.1, port: 0, rate_limit_headers: ${dialects} }`,
+    );
+  const both = await startPerch(t, config('[ietf, x_rate_limit]'), { clock });
+  const x = (res: TestResponse) => ['limit', 'remaining', 'reset'].map((field) => res.headers.get(`x-rate-limit-${field}`));
+  const epoch = Math.ceil(clock.now() / 1000);
+  const first = await both.request('/v1/users/1');
+  // r=2 and t=2 (one token at 0.5/s): reset is two seconds from now, in epoch seconds.
+  assert.deepEqual(limits(first), ['"small";q=3;w=6', '"small";r=2;t=2', null]);
+  assert.deepEqual(x(first), ['3', '2', String(epoch + 2)]);
+  await both.request('/v1/users/1');
+  await both.request('/v1/users/1');
+  const refused = await both.request('/v1/users/1');
+  assert.equal(refused.status, 429);
+  assert.deepEqual(limits(refused), ['"small";q=3;w=6', '"small";r=0;t=6', '2']);
+  assert.deepEqual(x(refused), ['3', '0', String(epoch + 6)]);
+
+  const only = await startPerch(t, config('[x_rate_limit]'), { clock });
+  const res = await only.request('/v1/users/1');
+  assert.deepEqual(limits(res), [null, null, null]);
+  assert.deepEqual(x(res), ['3', '2', String(epoch + 2)]);
+  // The default is the IETF dialect alone.
+  const ietf = await startPerch(t, withPlan(testConfig(v1('main', upstream.url)), '{ capacity: 3, refill_per_second: 0.5 }'), { clock });
+  assert.deepEqual(x(await ietf.request('/v1/users/1')), [null, null, null]);
+});

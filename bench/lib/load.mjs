@@ -1,47 +1,9 @@
-// Load generation from this (pinned) process. Two tools, each where it fits:
-// - autocannon for fixed-duration throughput/latency runs (hit and miss paths). autocannon's own
-//   latency histogram has 1 ms resolution, too coarse for a 0.3 ms target, so latencies are taken
-//   from its per-response event (hrtime, fractional ms) and percentiles computed exactly here.
-// - a small loop of N concurrent workers over an undici Pool for fixed request lists (upstream
-//   economy, cache fill). Those figures depend on every listed request being issued exactly once,
-//   in a known order, and answered 200; a loop makes that explicit and checkable, whereas
-//   autocannon's `amount` is split per connection and a shared `setupRequest` counter would hide
-//   lost or repeated requests. Throughput is not what these scenarios measure.
-import autocannon from 'autocannon';
+// Load generation for fixed request lists (upstream economy, cache fill): a small loop of N
+// concurrent workers over an undici Pool. Those figures depend on every listed request being
+// issued exactly once, in a known order, and answered 200; a loop makes that explicit and
+// checkable. Throughput is not what these scenarios measure: fixed-duration throughput and
+// latency runs use wrk (wrk.mjs).
 import { Pool } from 'undici';
-import { cpuSecondsOf } from './procs.mjs';
-import { percentile, Samples } from './stats.mjs';
-
-/**
- * One autocannon run of `durationS` seconds. Returns req/s (2xx only), exact p50/p99 latency in
- * ms, non-2xx and error counts, and the CPU share used by this process (the load generator) and
- * by `serverPids` over the run, to tell a server-bound run from a load-generator-bound one.
- */
-export async function cannon({ url, path, headers = {}, connections, durationS, serverPids = [] }) {
-  const samples = new Samples();
-  const cpu0 = process.cpuUsage();
-  const server0 = serverPids.map(cpuSecondsOf);
-  const t0 = performance.now();
-  const instance = autocannon({ url: url + path, headers, connections, pipelining: 1, duration: durationS, timeout: 10 });
-  instance.on('response', (_client, statusCode, _bytes, responseTime) => {
-    if (statusCode >= 200 && statusCode < 300) samples.push(responseTime);
-  });
-  const result = await instance;
-  const elapsedS = (performance.now() - t0) / 1000;
-  const cpu = process.cpuUsage(cpu0);
-  const serverCpu = serverPids.map((pid, i) => cpuSecondsOf(pid) - server0[i]).reduce((a, b) => a + b, 0);
-  const sorted = samples.sorted();
-  return {
-    rps: result['2xx'] / result.duration,
-    p50: percentile(sorted, 50),
-    p99: percentile(sorted, 99),
-    ok: result['2xx'],
-    non2xx: result.non2xx,
-    errors: result.errors + result.timeouts,
-    loadgenCpu: (cpu.user + cpu.system) / 1e6 / elapsedS,
-    serverCpu: serverCpu / elapsedS,
-  };
-}
 
 /**
  * Issues `count` GETs, request i to `targets[i % targets.length]` + `pathOf(i)`, with

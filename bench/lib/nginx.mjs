@@ -1,13 +1,15 @@
 // nginx proxy_cache as a second hit-path reference, when `nginx` is on PATH. One worker pinned to
 // the server CPU (like perch: one event loop on one core), caching the upstream's 200s for an
-// hour in a temp dir, access log on (to /dev/null, as perch's log), keep-alive to the clients.
+// hour in a temp dir, keyed on the URI and the X-API-Key header (as bench/lib/varnish.mjs: a page
+// fetched with one key is never served to another key or none), its access log written to a file
+// in the temp dir (as perch's), keep-alive to the clients. It does no authentication, rate
+// limiting or metrics of its own.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { freePort, sleep, start } from './procs.mjs';
-import { request } from 'undici';
+import { freePort, sbinBinary, start, waitUntilServing } from './procs.mjs';
 
-const BINARY = process.env.NGINX ?? 'nginx';
+const BINARY = process.env.NGINX ?? sbinBinary('nginx');
 
 export function nginxVersion() {
   // `nginx -v` prints "nginx version: nginx/x.y.z" on stderr.
@@ -30,7 +32,7 @@ pid ${prefix}/nginx.pid;
 error_log ${prefix}/error.log warn;
 events { worker_connections 4096; }
 http {
-  access_log /dev/null;
+  access_log ${prefix}/access.log;
   client_body_temp_path ${prefix}/client_body;
   proxy_temp_path ${prefix}/proxy_temp;
   fastcgi_temp_path ${prefix}/fastcgi_temp;
@@ -50,7 +52,7 @@ http {
       proxy_http_version 1.1;
       proxy_set_header Connection "";
       proxy_cache perch;
-      proxy_cache_key $request_uri;
+      proxy_cache_key $request_uri|$http_x_api_key;
       proxy_cache_valid 200 1h;
       proxy_cache_lock on;
       proxy_ignore_headers Cache-Control Expires Set-Cookie;
@@ -70,20 +72,6 @@ export async function startNginx(ctx, upstreamPort) {
   // -e (nginx >= 1.19.5) keeps the pre-config error log out of the system's log directory.
   const proc = start('nginx', BINARY, ['-p', prefix, '-e', join(prefix, 'error.log'), '-c', conf], { cpu: ctx.pin.serverCpu });
   const url = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 10_000;
-  for (;;) {
-    if (!proc.alive()) throw new Error(`nginx exited at start: ${proc.stderr().trim()}`);
-    try {
-      const res = await request(`${url}/`, { headersTimeout: 1000 });
-      await res.body.dump();
-      break;
-    } catch {
-      if (Date.now() > deadline) {
-        await proc.stop();
-        throw new Error(`nginx did not answer within 10 s: ${proc.stderr().trim()}`);
-      }
-      await sleep(50);
-    }
-  }
+  await waitUntilServing(proc, `${url}/`, { timeoutMs: 10000 });
   return { proc, url, port };
 }

@@ -1,9 +1,11 @@
 // Child processes for the benchmark: spawned (pinned with taskset when available), tracked, and
 // always killed when the orchestrator exits, whether normally, on an error or on SIGINT/SIGTERM.
 import { execFileSync, spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { accessSync, constants, readdirSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import os from 'node:os';
+import { join } from 'node:path';
+import { request } from 'undici';
 
 const children = new Set();
 let handlersInstalled = false;
@@ -15,6 +17,23 @@ function hasTaskset() {
   } catch {
     return false;
   }
+}
+
+/**
+ * The path to run `name` by: as found on PATH, else Debian's /usr/sbin (where nginx and varnishd
+ * live, often not on a normal user's PATH), else `name` itself (the caller reports it missing).
+ */
+export function sbinBinary(name) {
+  const dirs = [...(process.env.PATH ?? '').split(':').filter(Boolean), '/usr/sbin'];
+  for (const dir of dirs) {
+    try {
+      accessSync(join(dir, name), constants.X_OK);
+      return join(dir, name);
+    } catch {
+      // not here
+    }
+  }
+  return name;
 }
 
 /** Where servers and the load generator run; null cpus mean "not pinned". */
@@ -157,6 +176,50 @@ export function cpuSecondsOf(pid) {
   }
 }
 
+/** `pid` and every process below it (Linux /proc): a server's CPU includes its children's. */
+export function processTree(pid) {
+  const parents = new Map();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      // field 4 (ppid) is the second after the ")" closing the command name
+      parents.set(Number(entry), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+    } catch {
+      // exited while listing
+    }
+  }
+  const tree = [pid];
+  for (let i = 0; i < tree.length; i++) for (const [child, parent] of parents) if (parent === tree[i]) tree.push(child);
+  return tree;
+}
+
+/**
+ * Jiffies of one CPU from /proc/stat, busy (anything but idle and iowait) and total (Linux); null
+ * elsewhere or for a null cpu. Over a run, busy/total beside the bench's own processes' share says
+ * whether other processes used the core. Interrupt time counts as busy: with tick accounting a
+ * process's CPU time includes the softirq time spent in its context (loopback networking, up to
+ * a fifth of a server's core), so leaving it out would show a server using more than its core.
+ */
+export function cpuJiffies(cpu) {
+  if (cpu === null) return null;
+  try {
+    const line = readFileSync('/proc/stat', 'utf8').split('\n').find((l) => l.startsWith(`cpu${cpu} `));
+    const fields = line.trim().split(/\s+/).slice(1).map(Number);
+    // user nice system idle iowait irq softirq steal guest guest_nice; guest time is in user too
+    const total = fields.slice(0, 8).reduce((a, b) => a + b, 0);
+    return { busy: total - fields[3] - fields[4], total };
+  } catch {
+    return null;
+  }
+}
+
+/** busy/total between two `cpuJiffies` snapshots; NaN when either is missing. */
+export function busyShare(before, after) {
+  if (before === null || after === null || after.total === before.total) return NaN;
+  return (after.busy - before.busy) / (after.total - before.total);
+}
+
 let ticks;
 function clockTicks() {
   if (ticks === undefined) {
@@ -170,3 +233,28 @@ function clockTicks() {
 }
 
 export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/**
+ * Resolves once `url` answers HTTP (any status): a server started by `start` is ready. Rejects,
+ * stopping it, when it exits first or does not answer within `timeoutMs`.
+ */
+export async function waitUntilServing(proc, url, { timeoutMs, pollMs = 50 }) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (!proc.alive()) {
+      await proc.exited;
+      throw new Error(`${proc.name} exited at start: ${proc.stderr().trim() || '(no stderr)'}`);
+    }
+    try {
+      const res = await request(url, { headersTimeout: 1000, bodyTimeout: 1000 });
+      await res.body.dump();
+      return;
+    } catch {
+      if (Date.now() > deadline) {
+        await proc.stop();
+        throw new Error(`${proc.name} did not answer within ${timeoutMs / 1000} s: ${proc.stderr().trim()}`);
+      }
+      await sleep(pollMs);
+    }
+  }
+}

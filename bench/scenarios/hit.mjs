@@ -1,11 +1,16 @@
-// Hit path: perch serving one cached ~10 KB tweets page vs the bare node:http ceiling (and nginx
-// proxy_cache when nginx is on PATH), `connections` keep-alive connections, fixed duration runs
-// interleaved target by target so drift hits every target alike.
+// Hit path: one cached ~10 KB tweets page at `connections` keep-alive connections, driven by wrk,
+// on five targets in the same run: the bare node:http ceiling, perch with its rate limits in
+// memory, perch with them in Redis (`rate_limits_redis`, a bench redis-server on the server CPU),
+// nginx proxy_cache and Varnish (each when installed: bench/setup.sh). perch runs as production
+// does: auth, rate limit, metrics, access log at info written to a file.
 import { get, hasMetrics, BENCH_KEY, startPerch } from '../lib/perch.mjs';
 import { nginxVersion, startNginx } from '../lib/nginx.mjs';
-import { cannon } from '../lib/load.mjs';
+import { redisAvailable, redisCommand, startRedis } from '../lib/redis.mjs';
+import { side, targetsTable } from '../lib/report.mjs';
+import { interleavedRounds } from '../lib/rounds.mjs';
 import { startCeiling, startUpstream } from '../lib/servers.mjs';
-import { median } from '../lib/stats.mjs';
+import { varnishVersion, startVarnish } from '../lib/varnish.mjs';
+import { wrk } from '../lib/wrk.mjs';
 
 export const HIT_USER_ID = '1000000000000000001';
 export const HIT_PATH = `/v1/users/${HIT_USER_ID}/tweets`;
@@ -23,102 +28,106 @@ export async function hitScenario(ctx) {
     stops.push(perch.proc);
 
     // Prime the cache and check the measured responses are what they claim to be.
-    const first = await get(perch.url, HIT_PATH);
+    await primeHit(perch.url, 'perch', (status) => status.startsWith('perch; hit'));
     const hit = await get(perch.url, HIT_PATH);
-    if (first.status !== 200 || hit.status !== 200) throw new Error(`perch answered ${first.status}/${hit.status} on the hit path`);
-    if (!String(hit.headers['cache-status']).startsWith('perch; hit')) throw new Error(`second request is not a hit: cache-status ${hit.headers['cache-status']}`);
     const direct = await get(ceiling.url, HIT_PATH);
     if (!direct.body.equals(hit.body)) throw new Error('the ceiling does not serve the same bytes as perch');
-    const headerCount = (h) => Object.keys(h).length;
-    notes.push(
-      `Hit page: ${hit.body.length} bytes. Response headers: perch ${headerCount(hit.headers)}, ceiling ${headerCount(direct.headers)}.`,
-    );
+    // The ceiling must send what perch sends, or the ratio compares different responses.
+    const names = (h) => Object.keys(h).sort().join(', ');
+    if (names(hit.headers) !== names(direct.headers)) {
+      throw new Error(`the ceiling's response headers (${names(direct.headers)}) are not perch's (${names(hit.headers)}): update bench/lib/servers/ceiling.mjs`);
+    }
+    notes.push(`Hit page: ${hit.body.length} bytes, ${Object.keys(hit.headers).length} response headers, the same names from perch and the ceiling.`);
     ctx.metricsPresent = await hasMetrics(perch.url);
 
     const targets = [
-      { name: 'ceiling', url: ceiling.url, pids: [ceiling.proc.pid] },
-      { name: 'perch', url: perch.url, pids: [perch.proc.pid] },
+      { name: 'ceiling', label: 'ceiling (bare node:http)', url: ceiling.url, pids: [ceiling.proc.pid] },
+      { name: 'perch', label: 'perch, rate limits in memory', url: perch.url, pids: [perch.proc.pid] },
     ];
+    if (!redisAvailable()) {
+      notes.push('perch with rate limits in Redis: skipped, redis-server is not on PATH (bench/setup.sh does not install it; .ci/run does).');
+    } else {
+      const redis = await startRedis(ctx);
+      stops.push(redis.proc);
+      const perchRedis = await startPerch(ctx, 'perch-hit-redis', { upstreamUrl: upstream.url, ttl: { tweets: 3600 }, rateLimitsRedisUrl: redis.url });
+      stops.push(perchRedis.proc);
+      await primeHit(perchRedis.url, 'perch (Redis limits)', (status) => status.startsWith('perch; hit'));
+      if ((await redisCommand(redis.port, 'DBSIZE')) === 0) throw new Error('perch with rate_limits_redis wrote nothing to Redis');
+      // Redis does its share of every request on the same core as perch: both are the server.
+      targets.push({ name: 'perch-redis', label: 'perch, rate limits in Redis', url: perchRedis.url, pids: [perchRedis.proc.pid, redis.proc.pid] });
+    }
     const nginx = nginxVersion();
     if (nginx === null) {
-      notes.push('nginx proxy_cache: skipped, `nginx` is not on PATH (bench/lib/nginx.mjs generates its config where it is).');
+      notes.push('nginx proxy_cache: skipped, `nginx` is not on PATH (`npm run setup` installs it).');
     } else {
-      try {
-        const ng = await startNginx(ctx, upstream.port);
-        stops.push(ng.proc);
-        await get(ng.url, HIT_PATH);
-        const ngHit = await get(ng.url, HIT_PATH);
-        if (!String(ngHit.headers['cache-status']).includes('HIT')) throw new Error(`nginx second request not a HIT: ${ngHit.headers['cache-status']}`);
-        targets.push({ name: 'nginx', url: ng.url, pids: [ng.proc.pid] });
-        notes.push(`nginx proxy_cache: ${nginx}, one worker process, cache on disk in a temp dir (page cache).`);
-      } catch (error) {
-        notes.push(`nginx proxy_cache: not measured, ${error.message}`);
-      }
+      const ng = await startNginx(ctx, upstream.port);
+      stops.push(ng.proc);
+      await primeHit(ng.url, 'nginx', (status) => status.includes('HIT'));
+      targets.push({ name: 'nginx', label: 'nginx proxy_cache', url: ng.url, pids: [ng.proc.pid] });
+      notes.push(`nginx proxy_cache: ${nginx}, one process (master_process off, 1 worker), cache in a temp dir (page cache), key URI + X-API-Key, access log to a file; no auth, rate limit or metrics.`);
+    }
+    const varnish = varnishVersion();
+    if (varnish === null) {
+      notes.push('Varnish: skipped, `varnishd` is not on PATH (`npm run setup` installs it).');
+    } else {
+      const vn = await startVarnish(ctx, upstream.port);
+      stops.push(vn.proc);
+      await primeHit(vn.url, 'Varnish', (status) => status === 'varnish; hit');
+      targets.push({ name: 'varnish', label: 'Varnish', url: vn.url, pids: vn.pids });
+      notes.push(`Varnish: ${varnish}, -s malloc,64m, thread_pools=1, working dir on tmpfs, VCL caching every 200 for 1 h keyed on URL + X-API-Key, nothing else changed; request log in shared memory only (no varnishncsa); no auth, rate limit or metrics.`);
     }
 
-    const run = (t, durationS) =>
-      cannon({ url: t.url, path: HIT_PATH, headers: { 'x-api-key': BENCH_KEY }, connections: options.connections, durationS, serverPids: t.pids });
-    for (const t of targets) await run(t, options.warmupS);
-    const results = Object.fromEntries(targets.map((t) => [t.name, []]));
-    for (let r = 0; r < options.runs; r++) {
-      for (const t of targets) {
-        const result = await run(t, options.durationS);
-        if (result.non2xx > 0 || result.errors > 0) notes.push(`${t.name} run ${r + 1}: ${result.non2xx} non-2xx, ${result.errors} errors`);
-        results[t.name].push(result);
-        ctx.log(`  hit ${t.name} run ${r + 1}: ${result.rps.toFixed(0)} req/s, p50 ${result.p50.toFixed(2)} ms, p99 ${result.p99.toFixed(2)} ms, server CPU ${pct(result.serverCpu)}, load generator CPU ${pct(result.loadgenCpu)}`);
-      }
-    }
+    const results = await interleavedRounds({
+      targets,
+      rounds: options.runs,
+      durationS: options.durationS,
+      warmupS: options.warmupS,
+      log: ctx.log,
+      label: 'hit',
+      run: (t, durationS) =>
+        wrk({ url: t.url, path: HIT_PATH, headers: { 'x-api-key': BENCH_KEY }, connections: options.connections, durationS, cpu: ctx.pin.clientCpu, serverCpu: ctx.pin.serverCpu, serverPids: t.pids }),
+    });
 
     const series = (name, field) => results[name].map((r) => r[field]);
-    const med = (name, field) => median(series(name, field));
-    const loadgenBound = targets.filter((t) => med(t.name, 'loadgenCpu') > 0.9 && med(t.name, 'serverCpu') < 0.9);
-    if (loadgenBound.length > 0) {
-      notes.push(`Load generator saturated its CPU before the server did for: ${loadgenBound.map((t) => t.name).join(', ')}; those throughputs are a floor.`);
-    }
-    const starved = targets.filter((t) => med(t.name, 'loadgenCpu') < 0.9 && med(t.name, 'serverCpu') < 0.9);
-    if (starved.length > 0) {
-      notes.push(`Neither the server nor the load generator used 90% of its CPU for: ${starved.map((t) => t.name).join(', ')}. Something else was using the CPUs: those figures are unreliable.`);
-    }
-    notes.push(
-      `Median CPU share during hit runs (1.00 = one core): ${targets.map((t) => `${t.name} server ${med(t.name, 'serverCpu').toFixed(2)} / load generator ${med(t.name, 'loadgenCpu').toFixed(2)}`).join('; ')}.`,
-    );
-
+    const sides = (name) => [side(name, results[name]), side('ceiling', results.ceiling)];
+    const rpsFigure = (name, label, share) => ({
+      id: `hit.rps.${name}`,
+      label: `hit throughput, ${label}, ${options.connections} conns (req/s)`,
+      runs: series(name, 'rps'),
+      baseline: { label: 'ceiling', runs: series('ceiling', 'rps') },
+      target: { text: `>= ${share}x ceiling`, pass: (v, b) => v >= share * b },
+      decimals: 0,
+      sides: sides(name),
+      rule: 'throughput',
+    });
     const figures = [
+      rpsFigure('perch', 'rate limits in memory', 0.85),
       {
-        id: 'hit.rps',
-        label: `hit throughput, ${options.connections} conns (req/s)`,
-        runs: series('perch', 'rps'),
-        baseline: { label: 'ceiling', runs: series('ceiling', 'rps') },
-        target: { text: '>= 0.85x ceiling', pass: (v, b) => v >= 0.85 * b },
-        decimals: 0,
-      },
-      {
-        id: 'hit.p50',
-        label: 'hit latency p50 (ms)',
-        runs: series('perch', 'p50'),
-        baseline: { label: 'ceiling', runs: series('ceiling', 'p50') },
-        decimals: 2,
-      },
-      {
-        id: 'hit.p99',
-        label: 'hit latency p99 (ms)',
+        id: 'hit.p99.perch',
+        label: `hit latency p99, rate limits in memory, ${options.connections} conns (ms)`,
         runs: series('perch', 'p99'),
         baseline: { label: 'ceiling', runs: series('ceiling', 'p99') },
-        target: { text: '<= 5 ms', pass: (v) => v <= 5 },
+        target: { text: '<= 1.2x ceiling', pass: (v, b) => v <= 1.2 * b },
         decimals: 2,
+        sides: sides('perch'),
+        rule: 'throughput',
       },
     ];
-    if (results.nginx) {
-      figures.push(
-        { id: 'hit.nginx.rps', label: 'nginx proxy_cache throughput (req/s)', runs: series('nginx', 'rps'), baseline: { label: 'ceiling', runs: series('ceiling', 'rps') }, decimals: 0 },
-        { id: 'hit.nginx.p99', label: 'nginx proxy_cache p99 (ms)', runs: series('nginx', 'p99'), baseline: { label: 'ceiling', runs: series('ceiling', 'p99') }, decimals: 2 },
-        { id: 'hit.perch_vs_nginx', label: 'perch throughput vs nginx (req/s)', runs: series('perch', 'rps'), baseline: { label: 'nginx', runs: series('nginx', 'rps') }, decimals: 0 },
-      );
-    }
-    return { figures, notes };
+    if (results['perch-redis']) figures.push(rpsFigure('perch-redis', 'rate limits in Redis', 0.75));
+    return {
+      figures,
+      tables: [targetsTable({ title: `Hit path, ${options.connections} connections: every target (medians over ${options.runs} rounds)`, targets, results, baseline: 'ceiling', rule: 'throughput' })],
+      notes,
+    };
   } finally {
     for (const proc of stops.reverse()) await proc.stop();
   }
 }
 
-const pct = (x) => `${(x * 100).toFixed(0)}%`;
+/** Two GETs: the first fills the target's cache, the second must be a 200 hit by `isHit(cache-status)`. */
+async function primeHit(url, name, isHit) {
+  await get(url, HIT_PATH);
+  const res = await get(url, HIT_PATH);
+  if (res.status !== 200) throw new Error(`${name} answered ${res.status} on the hit path`);
+  if (!isHit(String(res.headers['cache-status']))) throw new Error(`${name}: second request is not a hit: cache-status ${res.headers['cache-status']}`);
+}

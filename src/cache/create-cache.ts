@@ -1,7 +1,6 @@
 import type { Clock } from '../clock.js';
 import type { Config } from '../config/types.js';
 import type { Logger } from '../observability/logger.js';
-import { Breaker } from '../redis/breaker.js';
 import { GuardedRedis } from '../redis/guarded-redis.js';
 import { createRedisClient } from '../redis/redis-client.js';
 import { Generations } from './generations.js';
@@ -15,6 +14,8 @@ export interface CacheTiers {
   readonly cache: TieredCache;
   /** Present with `cache.redis`. */
   readonly sharedFlights?: SharedFlights;
+  /** The cache's Redis connection and its per-node health, present with `cache.redis`. */
+  readonly redis?: GuardedRedis;
 }
 
 /** Builds the cache the configuration asks for: memory only, or memory in front of Redis. */
@@ -30,7 +31,7 @@ export function createCache(config: Config, options: { clock: Clock; logger: Log
   // Connection errors also reach the breaker through failed commands; this only keeps ioredis
   // from reporting them as unhandled 'error' events.
   client.on('error', () => {});
-  const guard = new GuardedRedis(client, new Breaker({ clock, logger, name: 'redis cache' }), logger);
+  const guard = new GuardedRedis(client, { clock, logger, name: 'redis cache' });
   const purges = new PurgeSync({
     guard,
     subscriber: createRedisClient(redisConfig, 'perch-purge'),
@@ -40,5 +41,5 @@ export function createCache(config: Config, options: { clock: Clock; logger: Log
   });
   const store = new RedisStore(client, redisConfig.prefix);
   const cache = new TieredCache({ memory, redis: { guard, store, purges }, generations, clock, staleMs });
-  return { cache, sharedFlights: new SharedFlights(guard, cache, config, redisConfig.prefix) };
+  return { cache, sharedFlights: new SharedFlights(guard, cache, config, redisConfig.prefix), redis: guard };
 }

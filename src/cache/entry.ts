@@ -1,4 +1,4 @@
-import type { Generation } from './generations.js';
+import type { Generation } from './generation.js';
 
 /**
  * One cached response: the exact bytes perch sends, with what it needs to tell the client how
@@ -27,16 +27,4 @@ export function ageSeconds(entry: CacheEntry, now: number): number {
 /** Whole seconds of freshness left, for `Cache-Status: ...; ttl=N` (RFC 9211 2.4). */
 export function remainingTtlSeconds(entry: CacheEntry, now: number): number {
   return Math.floor((entry.storedAt + entry.ttlMs - now) / 1000);
-}
-
-/**
- * `length` bytes copied into memory of their own. Bytes read from a socket or a Redis reply are
- * views into larger buffers; caching a view would pin the whole buffer for the entry's lifetime,
- * so RSS would drift far above what `max_bytes` counts.
- */
-export function ownedBytes(chunks: readonly Buffer[], length: number): Buffer {
-  const bytes = Buffer.allocUnsafeSlow(length);
-  let offset = 0;
-  for (const chunk of chunks) offset += chunk.copy(bytes, offset);
-  return bytes;
 }

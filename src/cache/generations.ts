@@ -1,4 +1,5 @@
 import type { EndpointName } from '../endpoints.js';
+import type { Generation } from './generation.js';
 import type { MemoryStore } from './memory-store.js';
 
 /**
@@ -10,18 +11,6 @@ export type Scope = `${EndpointName}:${string}`;
 
 /** A purge: one scope, or every entry. */
 export type PurgeTarget = Scope | 'all';
-
-/**
- * The purge generations an entry was fetched under. Entries of older generations than an
- * instance knows are treated as absent: that is how a purge reaches Redis entries without
- * finding them (no KEYS or SCAN).
- */
-export interface Generation {
-  /** Counter of `all` purges. */
-  readonly all: number;
-  /** Counter of purges of the entry's scope since the last `all` purge (which resets it). */
-  readonly scope: number;
-}
 
 /** A generation taken when a fetch starts, with this instance's purge sequence at that moment. */
 export interface Stamp extends Generation {

@@ -20,6 +20,7 @@ export interface MemoryStoreOptions {
 export class MemoryStore implements CacheStore {
   readonly tier = 'memory' as const;
   readonly #lru: LRUCache<string, CacheEntry>;
+  #evictions = 0;
 
   constructor(options: MemoryStoreOptions) {
     this.#lru = new LRUCache<string, CacheEntry>({
@@ -28,7 +29,16 @@ export class MemoryStore implements CacheStore {
       // Retention runs on the injected clock, so expiry is as testable as freshness.
       perf: { now: () => options.clock.now() },
       ttlAutopurge: false,
+      // 'evict' only: deletes, purges, overwrites and expiry are not pressure on max_bytes.
+      dispose: (_entry, _key, reason) => {
+        if (reason === 'evict') this.#evictions += 1;
+      },
     });
+  }
+
+  /** Entries dropped so far to stay within `maxBytes`. */
+  get evictions(): number {
+    return this.#evictions;
   }
 
   get(key: string): CacheEntry | undefined {

@@ -98,7 +98,7 @@ export class PurgeSync {
 
   /** Counts `target` in Redis and announces it; false when Redis could not take it. */
   async purge(target: PurgeTarget): Promise<boolean> {
-    const reply = await this.#guard.run('purge', (client) => client.eval(PURGE_SCRIPT, 1, this.#key, this.#channel, target));
+    const reply = await this.#guard.run('purge', this.#key, (client) => client.eval(PURGE_SCRIPT, 1, this.#key, this.#channel, target));
     if (!Array.isArray(reply)) return false;
     const [all, generation] = reply.map(Number) as [number, number];
     this.#apply(all, target === 'all' ? [] : [[target, generation]], 'request');

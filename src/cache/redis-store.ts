@@ -1,5 +1,6 @@
 import type { RedisClient } from '../redis/redis-client.js';
-import { ownedBytes, type CacheEntry } from './entry.js';
+import { ownedBytes } from '../bytes.js';
+import type { CacheEntry } from './entry.js';
 import type { CacheStore } from './store.js';
 
 /**
@@ -65,23 +66,24 @@ export class RedisStore implements CacheStore {
   }
 
   async get(key: string): Promise<CacheEntry | undefined> {
-    const value = await this.#client.getBuffer(this.#key(key));
+    const value = await this.#client.getBuffer(this.redisKey(key));
     return value === null ? undefined : decodeEntry(value);
   }
 
   async set(key: string, entry: CacheEntry, retainMs: number): Promise<void> {
-    await this.#client.set(this.#key(key), encodeEntry(entry), 'PX', Math.max(1, Math.ceil(retainMs)));
+    await this.#client.set(this.redisKey(key), encodeEntry(entry), 'PX', Math.max(1, Math.ceil(retainMs)));
   }
 
   async delete(key: string): Promise<void> {
-    await this.#client.del(this.#key(key));
+    await this.#client.del(this.redisKey(key));
   }
 
   size(): undefined {
     return undefined;
   }
 
-  #key(key: string): string {
+  /** The Redis key of a cache key: what decides which cluster node holds it. */
+  redisKey(key: string): string {
     return `${this.#prefix}c:${key}`;
   }
 }

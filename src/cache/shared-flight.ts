@@ -45,7 +45,7 @@ export class SharedFlights {
     const deadline = performance.now() + leaseMs + POLL_MS;
     for (;;) {
       const release = () => this.#release(lockKey, token);
-      const taken = await this.#guard.run('lease', (client) => client.set(lockKey, token, 'PX', leaseMs, 'NX'));
+      const taken = await this.#guard.run('lease', lockKey, (client) => client.set(lockKey, token, 'PX', leaseMs, 'NX'));
       // undefined: Redis did not answer, so nobody can be waited for. The SET may still run
       // later (a stalled Redis works through its queue when it resumes); releasing with our token
       // afterwards, on the same connection and so in order, keeps it from orphaning the key.
@@ -76,7 +76,7 @@ function leaseDurations(config: Config): Record<EndpointName, number> {
     Object.entries(config.routes).map(([endpoint, names]) => {
       const total = names.reduce((sum, name) => {
         const upstream = config.upstreams[name];
-        return sum + (upstream?.kind === 'v1' ? upstream.timeout_ms : FIXTURE_LEASE_MS);
+        return sum + (upstream === undefined || upstream.kind === 'fixture' ? FIXTURE_LEASE_MS : upstream.timeout_ms);
       }, 0);
       return [endpoint, total + 1000];
     }),

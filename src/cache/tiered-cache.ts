@@ -72,7 +72,7 @@ export class TieredCache {
   async remote(key: string): Promise<Found | undefined> {
     const redis = this.#redis;
     if (redis === undefined) return undefined;
-    const entry = await redis.guard.run('get', () => redis.store.get(key));
+    const entry = await redis.guard.run('get', redis.store.redisKey(key), () => redis.store.get(key));
     // Checked after the await, against the generations known now: a purge observed while the
     // read was in flight still applies to its result.
     const found = entry !== undefined && this.generations.accepts(key, entry.generation) ? this.#classify(entry) : undefined;
@@ -93,7 +93,7 @@ export class TieredCache {
     const retainMs = entry.ttlMs + this.#staleMs;
     this.memory.set(key, entry, retainMs);
     const redis = this.#redis;
-    if (redis !== undefined) await redis.guard.run('set', () => redis.store.set(key, entry, retainMs));
+    if (redis !== undefined) await redis.guard.run('set', redis.store.redisKey(key), () => redis.store.set(key, entry, retainMs));
     return true;
   }
 

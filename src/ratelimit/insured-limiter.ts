@@ -1,7 +1,8 @@
 import type { Logger } from '../observability/logger.js';
 import type { Breaker } from '../redis/breaker.js';
+import type { NodeBreakers } from '../redis/node-breakers.js';
 import type { MemoryLimiter } from './memory-limiter.js';
-import type { RedisLimiter } from './redis-limiter.js';
+import type { LeasedLimiter } from './leased-limiter.js';
 import type { Plan, Verdict } from './token-bucket.js';
 
 /**
@@ -11,34 +12,40 @@ import type { Plan, Verdict } from './token-bucket.js';
  * Redis is back: a looser limit for a while beats refusing or erroring every request.
  * The switch is logged once per change of state, not once per request. A breaker stops asking a
  * Redis that keeps failing: a frozen one would otherwise cost every request a full command
- * timeout, and while the breaker is open the memory buckets answer synchronously.
+ * timeout, and while the breaker is open the memory buckets answer synchronously. With a cluster
+ * each node has its own breaker: keys on healthy nodes stay shared while one node is down.
+ * Tokens leased from Redis before it failed are still spent first (see LeasedLimiter).
  */
 export class InsuredLimiter {
-  readonly #redis: RedisLimiter;
+  readonly #redis: LeasedLimiter;
   readonly #insurance: MemoryLimiter;
   readonly #logger: Logger;
-  readonly #breaker: Breaker;
+  readonly #breakers: NodeBreakers;
   #redisFailing = false;
 
-  constructor(redis: RedisLimiter, insurance: MemoryLimiter, breaker: Breaker, logger: Logger) {
+  constructor(redis: LeasedLimiter, insurance: MemoryLimiter, breakers: NodeBreakers, logger: Logger) {
     this.#redis = redis;
     this.#insurance = insurance;
-    this.#breaker = breaker;
+    this.#breakers = breakers;
     this.#logger = logger;
   }
 
   take(keyId: string, plan: Plan, cost: 0 | 1): Verdict | Promise<Verdict> {
-    if (!this.#breaker.allow()) return this.#insurance.take(keyId, plan, cost);
-    return this.#takeShared(keyId, plan, cost);
+    // Tokens already leased are this instance's to spend: no Redis, no breaker, no await.
+    const local = this.#redis.takeLocal(keyId, plan, cost);
+    if (local !== undefined) return local;
+    const breaker = this.#breakers.for(this.#redis.redisKey(keyId));
+    if (!breaker.allow()) return this.#insurance.take(keyId, plan, cost);
+    return this.#takeShared(keyId, plan, cost, breaker);
   }
 
-  async #takeShared(keyId: string, plan: Plan, cost: 0 | 1): Promise<Verdict> {
+  async #takeShared(keyId: string, plan: Plan, cost: 0 | 1, breaker: Breaker): Promise<Verdict> {
     let verdict: Verdict;
     try {
-      verdict = await this.#redis.take(keyId, plan, cost);
-      this.#breaker.success();
+      verdict = await this.#redis.takeShared(keyId, plan, cost);
+      breaker.success();
     } catch (error) {
-      this.#breaker.failure();
+      breaker.failure();
       if (!this.#redisFailing) {
         this.#redisFailing = true;
         this.#logger.warn({ reason: error instanceof Error ? error.message : String(error) }, 'rate limits: Redis failed, falling back to per-instance memory buckets');

@@ -1,14 +1,19 @@
+import { LRUCache } from 'lru-cache';
 import type { Clock } from '../clock.js';
 import { takeFrom, type BucketLimiter, type BucketState, type Plan, type Verdict } from './token-bucket.js';
 
 /**
  * Buckets in this process, on the injected clock. Used alone when no Redis is configured, and as
- * the per-instance insurance when Redis fails. At most one entry per key id ever configured, so
- * the map needs no eviction.
+ * the per-instance insurance when Redis fails. One entry per key id: configured keys are few,
+ * but pass-through keys (`auth.mode: upstream`) are whatever callers send, so past `MAX_BUCKETS`
+ * the least recently used buckets go. A bucket dropped is full again when next seen, which only
+ * a key idle while that many others arrived can notice.
  */
+const MAX_BUCKETS = 100_000;
+
 export class MemoryLimiter implements BucketLimiter {
   readonly #clock: Clock;
-  readonly #buckets = new Map<string, BucketState>();
+  readonly #buckets = new LRUCache<string, BucketState>({ max: MAX_BUCKETS });
 
   constructor(clock: Clock) {
     this.#clock = clock;

@@ -1,4 +1,5 @@
-import type { RateLimitPlan } from '../config/types.js';
+import type { Clock } from '../clock.js';
+import type { RateLimitHeaderDialect, RateLimitPlan } from '../config/types.js';
 
 /**
  * Slack for floating-point sums: refilling 0.1 tokens ten times must make a whole token, not
@@ -13,7 +14,19 @@ export interface Plan {
   readonly refillPerSecond: number;
   readonly costOfHit: 0 | 1;
   readonly policyHeader: string;
+  /**
+   * Tokens an instance takes from the shared bucket at once and spends locally, so that most
+   * requests need no Redis round trip; 1 means no leasing (every request asks Redis).
+   */
+  readonly lease: number;
+  /** Whether answers carry the IETF draft fields (`server.rate_limit_headers`). */
+  readonly ietf: boolean;
+  /** Present when answers carry Twitter's `x-rate-limit-*` fields: the clock `-reset` counts from. */
+  readonly xRateLimit?: { readonly clock: Clock };
 }
+
+/** Most tokens one lease holds: a bound on how far leasing may let a client run ahead. */
+export const MAX_LEASE = 100;
 
 /** The outcome of one take: whether it was allowed and the tokens left afterwards (fractional). */
 export interface Verdict {
@@ -30,7 +43,12 @@ export interface BucketLimiter {
   take(keyId: string, plan: Plan, cost: 0 | 1): Verdict | Promise<Verdict>;
 }
 
-export function compilePlan(name: string, plan: RateLimitPlan): Plan {
+/** `headers` are the dialects of `server.rate_limit_headers`; `clock` dates `x-rate-limit-reset`. */
+export function compilePlan(
+  name: string,
+  plan: RateLimitPlan,
+  headers: { readonly dialects: readonly RateLimitHeaderDialect[]; readonly clock: Clock },
+): Plan {
   const window = Math.ceil(plan.capacity / plan.refill_per_second);
   return {
     name,
@@ -38,6 +56,10 @@ export function compilePlan(name: string, plan: RateLimitPlan): Plan {
     refillPerSecond: plan.refill_per_second,
     costOfHit: plan.cost_of_hit,
     policyHeader: `"${name}";q=${plan.capacity};w=${window}`,
+    // A tenth of the bucket: small plans, whose every token matters, are not leased at all.
+    lease: Math.min(MAX_LEASE, Math.max(1, Math.floor(plan.capacity / 10))),
+    ietf: headers.dialects.includes('ietf'),
+    ...(headers.dialects.includes('x_rate_limit') ? { xRateLimit: { clock: headers.clock } } : {}),
   };
 }
 

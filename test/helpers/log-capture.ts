@@ -1,4 +1,5 @@
 import { Writable } from 'node:stream';
+import type { LogConfig } from '../../src/config/types.js';
 import { createLogger, type Logger } from '../../src/observability/logger.js';
 
 export interface LogCapture {
@@ -10,7 +11,7 @@ export interface LogCapture {
 }
 
 /** A real pino logger writing into memory instead of stdout. */
-export function captureLogs(level: 'info' | 'debug' = 'info'): LogCapture {
+export function captureLogs(level: 'info' | 'debug' = 'info', format: Partial<Pick<LogConfig, 'time' | 'level_format'>> = {}): LogCapture {
   const chunks: string[] = [];
   const sink = new Writable({
     write(chunk: Buffer, _encoding, done) {
@@ -18,7 +19,7 @@ export function captureLogs(level: 'info' | 'debug' = 'info'): LogCapture {
       done();
     },
   });
-  const logger = createLogger({ level }, sink);
+  const logger = createLogger({ level, time: 'epoch_ms', level_format: 'number', ...format }, sink);
   const text = () => chunks.join('');
   return {
     logger,

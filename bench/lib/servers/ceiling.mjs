@@ -1,8 +1,10 @@
 // The hit-path ceiling: a bare node:http server answering, for every request, the exact bytes
 // perch serves from its cache for the benchmark page, with the same response headers perch sends
-// on a hit (cache-status, age, x-request-id, content-type, content-length, plus node's own
-// date/connection/keep-alive). No auth, no routing, no cache lookup, no log: what node:http
-// alone costs on this machine. Prints `LISTENING <port>`.
+// on a hit, values of the same length (cache-status, age, x-request-id, ratelimit-policy,
+// ratelimit, cache-control, vary, content-type, content-length, plus node's own
+// date/connection/keep-alive; bench/scenarios/hit.mjs checks the names still match). No auth, no
+// routing, no cache lookup, no rate limit, no log: what node:http alone costs on this machine.
+// Prints `LISTENING <port>`.
 import { createServer } from 'node:http';
 import { bodyFactory } from '../bodies.mjs';
 
@@ -16,6 +18,10 @@ const server = createServer((req, res) => {
     'cache-status', 'perch; hit; ttl=3599',
     'age', '0',
     'x-request-id', REQUEST_ID,
+    'ratelimit-policy', '"unlimited";q=1000000000;w=1',
+    'ratelimit', '"unlimited";r=999999999;t=0',
+    'cache-control', 'private, max-age=3599',
+    'vary', 'X-API-Key',
     'content-type', 'application/json; charset=utf-8',
     'content-length', length,
   ]);

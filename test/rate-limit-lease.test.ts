@@ -1,0 +1,77 @@
+import assert from 'node:assert/strict';
+import { test, type TestContext } from 'node:test';
+import { Redis } from 'ioredis';
+import { ManualClock } from './helpers/clock.js';
+import { startPerch, testConfig, v1 } from './helpers/perch.js';
+import { withPlan } from './helpers/plans.js';
+import { startRedis, type TestRedis } from './helpers/redis-server.js';
+import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
+
+async function instance(t: TestContext, redis: TestRedis, upstreamUrl: string, plan: string, clock?: ManualClock) {
+  const yaml = withPlan(testConfig(v1('main', upstreamUrl), `rate_limits_redis: { url: "${redis.url}", command_timeout_ms: 2000 }`), plan);
+  return startPerch(t, yaml, clock === undefined ? {} : { clock, timers: clock });
+}
+
+/** Lease script runs so far, from Redis's own command statistics. */
+async function leaseCalls(client: Redis): Promise<number> {
+  const info = await client.info('commandstats');
+  return [...info.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)].reduce((sum, m) => sum + Number(m[1]), 0);
+}
+
+test('leased tokens never add up to more than the bucket gave: two instances, 100 requests, a bucket of 50', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  // A bucket of 50 that refills one token in 1000 s: the test sees the bucket alone. Lease 5.
+  const plan = '{ capacity: 50, refill_per_second: 0.001 }';
+  const a = await instance(t, redis, upstream.url, plan);
+  const b = await instance(t, redis, upstream.url, plan);
+  const statuses: number[] = [];
+  for (let i = 0; i < 100; i++) statuses.push((await (i % 2 === 0 ? a : b).request('/v1/users/1')).status);
+  assert.equal(statuses.filter((s) => s === 200).length, 50);
+  assert.equal(statuses.filter((s) => s === 429).length, 50);
+});
+
+test('requests spend a lease locally: no Redis round trip until it is used up', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const client = new Redis(redis.url);
+  t.after(() => client.disconnect());
+  const upstream = await startUpstream(t, sampleProvider);
+  // Lease min(100, capacity / 10) = 100 tokens; next to no refill during the test.
+  const perch = await instance(t, redis, upstream.url, '{ capacity: 1000, refill_per_second: 0.001 }');
+  assert.equal((await perch.request('/v1/users/1')).status, 200);
+  const before = await leaseCalls(client);
+  for (let i = 0; i < 99; i++) assert.equal((await perch.request('/v1/users/1')).status, 200);
+  assert.equal(await leaseCalls(client), before, '99 hits on the 99 tokens left of the lease');
+  const last = await perch.request('/v1/users/1');
+  assert.equal(last.status, 200);
+  assert.equal(await leaseCalls(client), before + 1, 'the 101st request takes a new lease');
+  // The shared bucket lent 200 of its 1000 tokens; this instance holds 99 of them: 899 left.
+  assert.match(last.headers.get('ratelimit') ?? '', /^"small";r=899;t=\d+$/);
+});
+
+test('unspent leased tokens lapse once the bucket would have refilled them, and never before a second', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const client = new Redis(redis.url);
+  t.after(() => client.disconnect());
+  const upstream = await startUpstream(t, sampleProvider);
+  const clock = new ManualClock();
+  // Lease 2 tokens at 0.5 per second: unspent ones lapse 4 s after the lease.
+  const perch = await instance(t, redis, upstream.url, '{ capacity: 20, refill_per_second: 0.5 }', clock);
+  assert.equal((await perch.request('/v1/users/1')).status, 200);
+  const before = await leaseCalls(client);
+  clock.advance(3999);
+  assert.equal((await perch.request('/v1/users/1')).status, 200);
+  assert.equal(await leaseCalls(client), before, 'the lease still holds at 3999 ms');
+  assert.equal((await perch.request('/v1/users/1')).status, 200);
+  assert.equal(await leaseCalls(client), before + 1, 'spent: a new lease');
+  clock.advance(4000);
+  assert.equal((await perch.request('/v1/users/1')).status, 200);
+  assert.equal(await leaseCalls(client), before + 2, 'lapsed at 4 s: a new lease');
+  // At 10 tokens a second the same lease would lapse after 200 ms: it lives a second all the same.
+  const fast = await instance(t, redis, upstream.url, '{ capacity: 20, refill_per_second: 10 }', clock);
+  await fast.request('/v1/users/1');
+  const fastBefore = await leaseCalls(client);
+  clock.advance(999);
+  await fast.request('/v1/users/1');
+  assert.equal(await leaseCalls(client), fastBefore, 'the lease still holds at 999 ms');
+});
