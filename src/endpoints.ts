@@ -1,7 +1,7 @@
 /**
  * The six endpoints of the interface, in one table. Everything that varies by endpoint
- * (route matching, TTL key, not-found message, response shape check) is looked up here, so
- * adding an endpoint is one row, not a hunt through the code base.
+ * (route matching, TTL key, not-found message) is looked up here, and the response schemas in
+ * schemas/resources.ts, so adding an endpoint is a row in each, not a hunt through the code base.
  */
 
 export const ENDPOINT_NAMES = ['user', 'user_by_username', 'tweets', 'replies', 'following', 'tweet'] as const;
@@ -56,30 +56,4 @@ export function isEndpointName(value: string): value is EndpointName {
 /** Which resource a 404 from the upstream refers to, for the client-facing message. */
 export function notFoundSubject(endpoint: EndpointName): 'user' | 'tweet' {
   return endpoint === 'tweet' ? 'tweet' : 'user';
-}
-
-/**
- * Whether a parsed 2xx upstream body has the top-level members the interface promises for the
- * endpoint. perch checks only the envelope: deep validation would cost every miss and reject
- * fields the provider adds later, while a wrong envelope means the client cannot use the body.
- */
-export function hasEndpointShape(endpoint: EndpointName, body: unknown): boolean {
-  if (!isObject(body)) return false;
-  switch (endpoint) {
-    case 'user':
-    case 'user_by_username':
-      return typeof body.id === 'string' && typeof body.username === 'string';
-    case 'tweets':
-      return isObject(body.data) && Array.isArray(body.data.entries);
-    case 'replies':
-      return Array.isArray(body.data) && isObject(body.meta);
-    case 'following':
-      return isObject(body.data) && Array.isArray(body.data.users);
-    case 'tweet':
-      return isObject(body.data) && typeof body.data.id_str === 'string';
-  }
-}
-
-function isObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
 }

@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { describe, it } from 'node:test';
-import { hasEndpointShape, type EndpointName, type EndpointRequest, type PathParams } from '../src/endpoints.js';
+import type { EndpointName, EndpointRequest, PathParams } from '../src/endpoints.js';
+import { checkResponseBody } from '../src/schemas/response-check.js';
 import { createFixtureUpstream } from '../src/upstream/fixture/fixture-upstream.js';
 import { listedTweetId } from '../src/upstream/fixture/ids.js';
-import type { Upstream, UpstreamResult } from '../src/upstream/upstream.js';
+import type { UpstreamResult } from '../src/upstream/upstream.js';
 
 /** A field type, an object of fields (exact key set), or a one-element array meaning "array of". */
 type Shape = 'string' | 'number' | 'boolean' | readonly [Shape] | { readonly [key: string]: Shape };
@@ -180,12 +181,12 @@ function request(endpoint: EndpointName, params: PathParams, extra: { count?: nu
   return { endpoint, params, path: `/fixture/${endpoint}`, ...extra };
 }
 
-/** Fetches, requires an ok answer that passes hasEndpointShape, and returns the parsed body. */
-async function fetchOk<T>(req: EndpointRequest, via: Upstream = upstream): Promise<T> {
+/** Fetches, requires an ok answer that passes perch's own response check, and returns the parsed body. */
+async function fetchOk<T>(req: EndpointRequest, via: typeof upstream = upstream): Promise<T> {
   const result = await via.fetch(req);
   assert.equal(result.kind, 'ok', `${req.endpoint} ${JSON.stringify(req.params)} ${JSON.stringify(result)}`);
   const body: unknown = JSON.parse((result as Extract<UpstreamResult, { kind: 'ok' }>).body.toString('utf8'));
-  assert.ok(hasEndpointShape(req.endpoint, body), `hasEndpointShape(${req.endpoint})`);
+  assert.equal(checkResponseBody(req.endpoint, body), undefined, req.endpoint);
   return body as T;
 }
 

@@ -9,6 +9,8 @@ export const ERROR_TABLE = {
   E401: { status: 401, message: 'Invalid API key' },
   E404: { status: 404, message: 'Not found' },
   E405: { status: 405, message: 'Method not allowed' },
+  E408: { status: 408, message: 'Request timeout' },
+  E417: { status: 417, message: 'Expectation failed' },
   E429: { status: 429, message: 'Rate limit exceeded. Please try again later.' },
   E431: { status: 431, message: 'Request header fields too large' },
   E500: { status: 500, message: 'Internal server error' },
@@ -23,6 +25,7 @@ export type ErrorCode = keyof typeof ERROR_TABLE;
 export const ERROR_MESSAGES = {
   userNotFound: 'User not found',
   tweetNotFound: 'Tweet not found',
+  malformedRequest: 'Malformed HTTP request',
 } as const;
 
 /** The error body of the interface (section 7): `{"error":{"message":...,"code":...}}`. */

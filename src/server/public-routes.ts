@@ -26,16 +26,19 @@ export interface PublicRoutesOptions {
  */
 export class PublicRoutes {
   readonly #options: PublicRoutesOptions;
-  readonly #checks = new Map<string, ReadinessCheck>();
+  readonly #checks = new Map<string, { check: ReadinessCheck; hard: boolean }>();
   readonly #openapi = Buffer.from(JSON.stringify(OPENAPI_DOCUMENT));
 
   constructor(options: PublicRoutesOptions) {
     this.#options = options;
   }
 
-  /** Adds a condition `/readyz` requires, reported under `name` in its `checks`. */
-  addReadinessCheck(name: string, check: ReadinessCheck): void {
-    this.#checks.set(name, check);
+  /**
+   * Adds a condition reported under `name` in `/readyz` `checks`. A `hard` one fails readiness
+   * (503); a soft one only marks it `degraded`.
+   */
+  addReadinessCheck(name: string, check: ReadinessCheck, options: { hard?: boolean } = {}): void {
+    this.#checks.set(name, { check, hard: options.hard === true });
   }
 
   /** Answers `req` when it is one of these routes and returns true; false leaves it to the API. */
@@ -92,25 +95,42 @@ export class PublicRoutes {
   }
 
   /**
-   * Ready when the configuration is loaded (it is, or perch would not be running), every endpoint
-   * has an upstream whose latest exchange answered, and every registered check passes.
+   * Ready unless this instance itself cannot serve: every upstream has lost every credential
+   * (401/403, which only the operator can fix), or a registered hard check fails. What the
+   * provider says (cool-downs, usage caps, an open breaker) and soft dependencies like the Redis
+   * tier are shared by every instance of a fleet: failing readiness for them would pull every
+   * instance out of the load balancer at once, cache hits included, so they show in `checks`
+   * (status `degraded`) and in metrics instead.
    */
   async #ready(head: boolean, res: ServerResponse): Promise<void> {
-    const { upstreams } = this.#options.runtime.current;
-    const checks: Record<string, string> = { config: 'ok' };
+    const { runtime } = this.#options;
+    const { upstreams } = runtime.current;
+    const reload = runtime.reloadStatus;
+    // A refused reload leaves the previous configuration serving: degraded, never unready.
+    const checks: Record<string, string> = {
+      config: reload.successful
+        ? 'ok'
+        : `last reload failed at ${new Date(reload.lastFailureMs ?? 0).toISOString()}: serving the configuration loaded at ${new Date(reload.lastSuccessMs).toISOString()}`,
+    };
+    const statuses = Object.entries(upstreams.status());
+    for (const [name, status] of statuses) {
+      checks[`upstream:${name}`] =
+        status.state === 'ok' ? 'ok' : status.untilMs === undefined ? status.state : `${status.state} until ${new Date(status.untilMs).toISOString()}`;
+    }
     for (const endpoint of ENDPOINT_NAMES) {
       checks[`route:${endpoint}`] = upstreams.usable(endpoint).length > 0 ? 'ok' : 'no usable upstream';
     }
-    for (const [name, check] of this.#checks) {
-      checks[name] = await Promise.resolve()
+    let hardFailure = statuses.every(([, status]) => status.state === 'no_credential');
+    for (const [name, { check, hard }] of this.#checks) {
+      const ok = await Promise.resolve()
         .then(check)
-        .then(
-          (ok) => (ok ? 'ok' : 'unavailable'),
-          () => 'unavailable',
-        );
+        .catch(() => false);
+      checks[name] = ok ? 'ok' : 'unavailable';
+      if (!ok && hard) hardFailure = true;
     }
-    const ok = Object.values(checks).every((value) => value === 'ok');
-    sendJson(res, head, ok ? 200 : 503, ok ? { status: 'ok', checks } : { status: 'unavailable', checks });
+    const degraded = Object.values(checks).some((value) => value !== 'ok');
+    const status = hardFailure ? 'unavailable' : degraded ? 'degraded' : 'ok';
+    sendJson(res, head, hardFailure ? 503 : 200, { status, checks });
   }
 }
 

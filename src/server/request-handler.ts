@@ -1,9 +1,10 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Client, KeyStore } from '../auth/key-store.js';
+import { passThrough, type PassThroughClient, type UpstreamVerifier } from '../auth/upstream-verifier.js';
 import { Coalescer } from '../cache/coalescer.js';
 import { counterpart } from '../cache/cross-population.js';
-import { ageSeconds, type CacheEntry } from '../cache/entry.js';
-import type { Generation } from '../cache/generations.js';
+import { ageSeconds, remainingTtlSeconds, type CacheEntry } from '../cache/entry.js';
+import type { Generation } from '../cache/generation.js';
 import { forwardCacheStatus, hitCacheStatus, staleCacheStatus, type CacheOutcome } from '../cache/outcome.js';
 import type { SharedFlights } from '../cache/shared-flight.js';
 import type { TieredCache } from '../cache/tiered-cache.js';
@@ -11,14 +12,18 @@ import type { Clock } from '../clock.js';
 import type { Config } from '../config/types.js';
 import { notFoundSubject, type EndpointName, type EndpointRequest } from '../endpoints.js';
 import { ERROR_MESSAGES, ERROR_TABLE, errorBody, type ErrorCode } from '../errors/error-table.js';
+import type { HeaderList } from '../header-list.js';
+import { clip, loggedPath } from '../observability/access-log-fields.js';
+import { createAccessLog } from '../observability/access-log.js';
 import type { Logger } from '../observability/logger.js';
 import type { PerchMetrics } from '../observability/metrics.js';
 import { pushRateLimitHeaders } from '../ratelimit/headers.js';
 import type { RateLimits } from '../ratelimit/rate-limits.js';
 import type { Verdict } from '../ratelimit/token-bucket.js';
+import { secondsUntil } from '../upstream/upstream.js';
 import type { UpstreamSet } from '../upstream/upstream-set.js';
 import { requestIdFrom } from './request-id.js';
-import { send, sendError, type HeaderList } from './respond.js';
+import { pushCachePolicy, send, sendError } from './respond.js';
 import { INVALID, matchRoute, type RouteMatch } from './route.js';
 
 /**
@@ -28,6 +33,8 @@ import { INVALID, matchRoute, type RouteMatch } from './route.js';
 export interface HandlerDeps {
   readonly config: Config;
   readonly keys: KeyStore;
+  /** Pass-through auth (`auth.mode: upstream`) in place of `keys`; absent in mode `keys`. */
+  readonly verifier?: UpstreamVerifier;
   readonly cache: TieredCache;
   /** Coalescing across instances; absent without Redis. */
   readonly sharedFlights?: SharedFlights;
@@ -81,6 +88,7 @@ const NOT_FOUND_BODIES = {
 export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, res: ServerResponse) => void {
   const { cache, sharedFlights, rateLimits, clock, logger, metrics } = deps;
   const flights = new Coalescer<Fetched>();
+  const accessLog = createAccessLog(logger);
 
   return function handle(req, res) {
     const x: Exchange = {
@@ -102,7 +110,8 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
   function serve(x: Exchange): Promise<void> | undefined {
     // The key is checked before anything else, so an unauthenticated caller learns nothing,
     // not even which routes exist.
-    const client = deps.keys.authenticate(x.req.headers['x-api-key']);
+    const presented = x.req.headers['x-api-key'];
+    const client = deps.verifier === undefined ? deps.keys.authenticate(presented, x.req.socket) : deps.verifier.authenticate(presented);
     if (client === undefined) return fail(x, 'E401');
     x.client = client;
 
@@ -113,7 +122,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     // A plan with free hits needs to know whether the cache can answer before it can price the
     // request, so the cache is looked at first; the entry found then is the one served.
     const plan = rateLimits.plan(deps.config, client);
-    const hit = methodAllowed && match.kind === 'endpoint' && plan.costOfHit === 0 ? lookup(match.request.path) : undefined;
+    const hit = methodAllowed && match.kind === 'endpoint' && plan.costOfHit === 0 && trusted(client) ? lookup(match.request.path) : undefined;
     const verdict = rateLimits.take(client, plan, hit === undefined ? 1 : 0);
     if (verdict instanceof Promise) return verdict.then((v) => admit(x, match, methodAllowed, v, hit));
     return admit(x, match, methodAllowed, verdict, hit);
@@ -137,7 +146,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     const request = match.request;
 
     // A memory hit is answered synchronously: no await on the hottest path.
-    const local = hit === undefined ? cache.local(request.path) : { entry: hit, fresh: true };
+    const local = hit === undefined ? (trusted(x.client!) ? cache.local(request.path) : undefined) : { entry: hit, fresh: true };
     if (local?.fresh === true) return answerHit(x, local.entry, 'memory');
     return forward(x, request, local?.entry);
   }
@@ -145,25 +154,31 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
   function answerHit(x: Exchange, entry: CacheEntry, tier: 'memory' | 'redis'): undefined {
     x.cache = 'hit';
     const now = clock.now();
-    send(x.res, x.head, entry.status, entry.body, base(x, ['cache-status', hitCacheStatus(entry, now, tier), 'age', ageSeconds(entry, now)]));
+    const age = ageSeconds(entry, now);
+    const headers = base(x, ['cache-status', hitCacheStatus(entry, now, tier), 'age', age]);
+    send(x.res, x.head, entry.status, entry.body, pushCachePolicy(headers, entry.status, age + remainingTtlSeconds(entry, now)));
     return finish(x, entry.status);
   }
 
   /** `stale` is this instance's expired-but-retained entry, if any. */
   async function forward(x: Exchange, request: EndpointRequest, stale: CacheEntry | undefined): Promise<void> {
-    const remote = await cache.remote(request.path);
+    const verified = trusted(x.client!);
+    const remote = verified ? await cache.remote(request.path) : undefined;
     if (remote?.fresh === true) return void answerHit(x, remote.entry, 'redis');
     if (remote !== undefined && (stale === undefined || remote.entry.storedAt > stale.storedAt)) stale = remote.entry;
     if (stale !== undefined) return revalidate(x, request, stale);
 
-    const flight = flights.run(request.path, () => fetchAndStore(request));
+    // Pass-through: one flight per key, so a key never receives the answer to another key's call.
+    const pass = passThrough(x.client);
+    const flight = flights.run(pass === undefined ? request.path : `${pass.digest}\n${request.path}`, () => fetchFor(request, pass));
     const fetched = await flight.promise;
     // No upstream: another instance fetched it, and this flight read the result from Redis.
     const viaRedis = fetched.upstream === undefined;
     x.cache = flight.leader && !viaRedis ? 'miss' : 'coalesced';
     x.upstream = fetched.upstream;
     if (flight.leader) x.upstreamMs = fetched.upstreamMs;
-    const headers = base(x, ['cache-status', forwardCacheStatus(x.cache, fetched.stored, viaRedis)]);
+    const maxAge = fetched.stored ? deps.config.cache.ttl_seconds[request.endpoint] : 0;
+    const headers = pushCachePolicy(base(x, ['cache-status', forwardCacheStatus(x.cache, fetched.stored, viaRedis)]), fetched.status, maxAge);
     if (fetched.retryAfterSeconds !== undefined) headers.push('retry-after', fetched.retryAfterSeconds);
     send(x.res, x.head, fetched.status, fetched.body, headers);
     finish(x, fetched.status);
@@ -175,36 +190,49 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
    * stores nothing, so the stale entry keeps being served until its retention ends.
    */
   function revalidate(x: Exchange, request: EndpointRequest, entry: CacheEntry): void {
-    flights.run(request.path, () => fetchAndStore(request)).promise.catch((error: unknown) => {
+    flights.run(request.path, () => fetchAndStore(request, passThrough(x.client))).promise.catch((error: unknown) => {
       logger.error({ err: error, route: request.endpoint }, 'background refresh failed');
     });
     x.cache = 'stale';
     const now = clock.now();
-    send(x.res, x.head, entry.status, entry.body, base(x, ['cache-status', staleCacheStatus(entry, now), 'age', ageSeconds(entry, now)]));
+    const headers = base(x, ['cache-status', staleCacheStatus(entry, now), 'age', ageSeconds(entry, now)]);
+    send(x.res, x.head, entry.status, entry.body, pushCachePolicy(headers, entry.status, 0));
     finish(x, entry.status);
+  }
+
+  /**
+   * Pass-through auth: the call of a key the provider has not accepted lately is its own
+   * verifying call (upstream-verifier.ts), never another instance's result read from Redis.
+   */
+  async function fetchFor(request: EndpointRequest, client: PassThroughClient | undefined): Promise<Fetched> {
+    if (client === undefined || trusted(client)) return fetchAndStore(request, client);
+    const verifying = deps.verifier?.verifying(client, () => fetchUpstream(request, client));
+    return (await verifying) ?? errorFetched('E401');
   }
 
   /**
    * One upstream exchange and its effect on the cache; runs once per coalesced flight. With
    * Redis, another instance may already be fetching the same key: then its result is used.
+   * `client`: pass-through auth, whose key is the call's credential.
    */
-  async function fetchAndStore(request: EndpointRequest): Promise<Fetched> {
+  async function fetchAndStore(request: EndpointRequest, client?: PassThroughClient): Promise<Fetched> {
     const claim = sharedFlights === undefined ? undefined : await sharedFlights.claim(request.endpoint, request.path);
     if (claim?.kind === 'entry') return { status: claim.entry.status, body: claim.entry.body, stored: false };
     try {
-      return await fetchUpstream(request);
+      return await fetchUpstream(request, client);
     } finally {
       // After the store above completed, so a waiting instance finds the entry, not a free lease.
       claim?.release();
     }
   }
 
-  async function fetchUpstream(request: EndpointRequest): Promise<Fetched> {
+  async function fetchUpstream(request: EndpointRequest, client?: PassThroughClient): Promise<Fetched> {
     const ttl = deps.config.cache.ttl_seconds;
     // Before the fetch: a purge observed while it runs must keep its response out of the cache.
     const stamp = cache.generations.stamp(request.path);
-    const { result, upstream, ms } = await deps.upstreams.fetch(request);
+    const { result, upstream, ms } = await deps.upstreams.fetch(request, client && { id: client.id, key: client.key });
     const via = { upstream, upstreamMs: ms };
+    if (client !== undefined) deps.verifier?.judge(client, result);
     switch (result.kind) {
       case 'ok': {
         // Cross-population: a user's 200 also answers the other user route.
@@ -223,17 +251,29 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
       case 'bad_request':
         return { ...errorFetched('E400', INVALID.cursor), ...via };
       case 'rate_limited':
-        logger.warn({ upstream, route: request.endpoint, retry_after: result.retryAfterSeconds }, 'upstream rate limited perch');
-        return { ...errorFetched('E429'), retryAfterSeconds: result.retryAfterSeconds, ...via };
+        // The pool has logged the stop once; every request it turns away need not be.
+        return { ...errorFetched('E429'), retryAfterSeconds: secondsUntil(result.untilMs, clock.now()), ...via };
+      case 'refused':
+        // perch made no call: a "wait" the client can act on is a 429, anything else an upstream error.
+        return result.reason === 'breaker_open' || result.reason === 'no_credential'
+          ? { ...errorFetched('E502'), ...via }
+          : { ...errorFetched('E429'), retryAfterSeconds: result.retryAfterSeconds, ...via };
       case 'failed':
-        // A rejected credential is the operator's to fix; everything else is the provider's.
-        if (result.failure === 'unauthorized') logger.error({ upstream, reason: result.reason }, 'upstream rejected perch credentials');
-        else logger.warn({ upstream, route: request.endpoint, failure: result.failure, reason: result.reason }, 'upstream failed');
+        // Pass-through: the provider rejected the client's own key.
+        if (client !== undefined && result.failure === 'unauthorized') return { ...errorFetched('E401'), ...via };
+        // The pool logs a rejected credential; everything else is the provider's.
+        if (result.failure !== 'unauthorized') logger.warn({ upstream, route: request.endpoint, failure: result.failure, reason: result.reason }, 'upstream failed');
         return { ...errorFetched('E502'), ...via };
       case 'timeout':
         logger.warn({ upstream, route: request.endpoint, reason: result.reason }, 'upstream timed out');
         return { ...errorFetched('E504'), ...via };
     }
+  }
+
+  /** Pass-through auth: the cache answers only keys the provider accepted lately (upstream-verifier.ts). */
+  function trusted(client: Client): boolean {
+    const pass = passThrough(client);
+    return pass === undefined || deps.verifier?.accepted(pass) === true;
   }
 
   /** A fresh entry of the memory tier, answered synchronously. */
@@ -264,22 +304,23 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
   function finish(x: Exchange, status: number): undefined {
     const ms = performance.now() - x.started;
     metrics.request(x.route ?? 'none', status, x.cache, ms / 1000);
+    if (x.client !== undefined) metrics.keyRequest(x.client.metricsId ?? x.client.id, status, x.cache);
     // Only perch's own refusals: an upstream 429 leaves the limiter's verdict allowed.
-    if (x.limit?.allowed === false && x.client !== undefined) metrics.rateLimited(x.client.id);
-    logger.info(
-      {
-        req_id: x.requestId,
-        method: x.req.method,
-        route: x.route ?? null,
-        status,
-        cache: x.cache,
-        upstream: x.upstream ?? null,
-        upstream_ms: x.upstreamMs === undefined ? null : round(x.upstreamMs),
-        ms: round(ms),
-        key_id: x.client?.id ?? null,
-      },
-      'request',
-    );
+    if (x.limit?.allowed === false && x.client !== undefined) metrics.rateLimited(x.client.metricsId ?? x.client.id);
+    accessLog({
+      req_id: x.requestId,
+      method: x.req.method,
+      path: loggedPath(x.req.url),
+      route: x.route ?? null,
+      status,
+      cache: x.cache,
+      upstream: x.upstream ?? null,
+      upstream_ms: x.upstreamMs === undefined ? null : round(x.upstreamMs),
+      ms: round(ms),
+      key_id: x.client?.id ?? null,
+      remote: x.req.socket.remoteAddress ?? null,
+      user_agent: clip(x.req.headers['user-agent']),
+    });
     return undefined;
   }
 }

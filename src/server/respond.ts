@@ -1,10 +1,9 @@
 import type { ServerResponse } from 'node:http';
 import { ERROR_TABLE, errorBody, type ErrorCode } from '../errors/error-table.js';
 
-const JSON_TYPE = 'application/json; charset=utf-8';
+import type { HeaderList } from '../header-list.js';
 
-/** Extra headers for one response, as a flat [name, value, name, value, ...] list. */
-export type HeaderList = (string | number)[];
+const JSON_TYPE = 'application/json; charset=utf-8';
 
 /**
  * Writes a complete response in one call with the headers as a flat list, the cheapest form
@@ -23,7 +22,10 @@ const DEFAULT_BODIES = new Map<ErrorCode, Buffer>(
   (Object.keys(ERROR_TABLE) as ErrorCode[]).map((code) => [code, errorBody(code)]),
 );
 
-/** The error shape of the interface; `message` overrides the table's default for E400/E404. */
+/**
+ * The error shape of the interface; `message` overrides the table's default for E400/E404.
+ * Errors are `no-store`: a shared cache in front of perch must not answer anyone with them.
+ */
 export function sendError(
   res: ServerResponse,
   head: boolean,
@@ -32,6 +34,20 @@ export function sendError(
   message?: string,
 ): number {
   const { status } = ERROR_TABLE[code];
+  headers.push('cache-control', 'no-store');
   send(res, head, status, message === undefined ? DEFAULT_BODIES.get(code)! : errorBody(code, message), headers);
   return status;
+}
+
+/**
+ * Cache headers of an API answer to a keyed request. A shared cache (a CDN, a stock Varnish)
+ * in front of perch must never answer one client with another's response, nor anyone with an
+ * error: successes are `private` and vary on the key, errors `no-store`. `maxAgeSeconds` counts,
+ * like `Age`, from the upstream's answer (RFC 9111 4.2.3 subtracts `Age` from it), so a client's
+ * own cache keeps an entry exactly as long as perch would, never longer.
+ */
+export function pushCachePolicy(headers: HeaderList, status: number, maxAgeSeconds: number): HeaderList {
+  if (status >= 400) headers.push('cache-control', 'no-store');
+  else headers.push('cache-control', `private, max-age=${Math.max(0, maxAgeSeconds)}`, 'vary', 'X-API-Key');
+  return headers;
 }

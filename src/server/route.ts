@@ -29,6 +29,24 @@ export const INVALID = {
  * or split the cache.
  */
 export function matchRoute(target: string): RouteMatch {
+  let match = recent.get(target);
+  if (match === undefined) {
+    // Cleared rather than evicted one by one: a flood of distinct targets costs the same as none.
+    if (recent.size >= RECENT_TARGETS) recent.clear();
+    match = matchTarget(target);
+    recent.set(target, match);
+  }
+  return match;
+}
+
+/**
+ * Recently matched targets: on the hit path the same few targets come again and again, and a
+ * match is an immutable value, so it is computed once per target while it stays recent.
+ */
+const recent = new Map<string, RouteMatch>();
+const RECENT_TARGETS = 1024;
+
+function matchTarget(target: string): RouteMatch {
   const q = target.indexOf('?');
   const path = q === -1 ? target : target.slice(0, q);
   const query = q === -1 ? '' : target.slice(q + 1);

@@ -4,7 +4,9 @@ import type { TieredCache } from '../../src/cache/tiered-cache.js';
 import type { Clock } from '../../src/clock.js';
 import { parseConfig } from '../../src/config/load.js';
 import type { Config } from '../../src/config/types.js';
+import type { Timers } from '../../src/timers.js';
 import { createPerch } from '../../src/server/server.js';
+import { onCleanup } from './cleanup.js';
 import { captureLogs, type LogCapture } from './log-capture.js';
 
 export const KEY = 'test-key-alpha-0123456789';
@@ -68,9 +70,18 @@ export function v1(name: string, url: string, extra = ''): string {
 }
 
 /** Polls `condition` every 5 ms until it holds, failing after `timeoutMs`. */
-export async function waitFor(condition: () => boolean, timeoutMs = 5000): Promise<void> {
+export async function waitFor(condition: () => boolean | Promise<boolean>, timeoutMs = 5000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
+/** Polls an async condition every 5 ms until it holds, failing after `timeoutMs`. */
+export async function waitForAsync(condition: () => Promise<boolean>, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await condition())) {
     if (Date.now() > deadline) throw new Error('condition not met in time');
     await new Promise((resolve) => setTimeout(resolve, 5));
   }
@@ -80,13 +91,13 @@ export async function waitFor(condition: () => boolean, timeoutMs = 5000): Promi
 export async function startPerch(
   t: TestContext,
   yaml: string,
-  options: { clock?: Clock; env?: NodeJS.ProcessEnv; dispatchers?: Record<string, Dispatcher> } = {},
+  options: { clock?: Clock; timers?: Timers; env?: NodeJS.ProcessEnv; dispatchers?: Record<string, Dispatcher> } = {},
 ): Promise<RunningPerch> {
   const config = parseConfig(yaml, options.env ?? {});
   const logs = captureLogs();
-  const perch = createPerch({ config, logger: logs.logger, clock: options.clock, dispatchers: options.dispatchers });
+  const perch = createPerch({ config, logger: logs.logger, clock: options.clock, timers: options.timers, dispatchers: options.dispatchers });
   const address = await perch.listen();
-  t.after(() => perch.close());
+  onCleanup(t, () => perch.close());
   const url = `http://127.0.0.1:${address.port}`;
   let received = 0;
   perch.server.on('request', () => received++);
