@@ -120,6 +120,15 @@ test('over max_requests_per_second a miss waits in the FIFO, then gets 429 with 
   assert.match(metrics, /perch_upstream_queue_wait_seconds_count\{upstream="main"\} 5/);
 });
 
+test('a miss refused by the call cap gets the wait for the next token as Retry-After, rounded up', { timeout: 10_000 }, async (t) => {
+  // 0.4 calls per second: the next token comes 2.5 s after the first call, so Retry-After is 3.
+  const { upstream, perch } = await guardedUpstream(t, sampleProvider, 'max_requests_per_second: 0.4, burst: 1, queue_timeout_ms: 0');
+  assert.equal((await perch.request('/v1/users/1')).status, 200);
+  const refused = await perch.request('/v1/users/2');
+  assert.deepEqual([refused.status, refused.headers.get('retry-after')], [429, '3']);
+  assert.equal(upstream.requests.length, 1);
+});
+
 test('max_concurrent lets the next miss through only when a call ends', { timeout: 10_000 }, async (t) => {
   const held: (() => void)[] = [];
   const { upstream, perch } = await guardedUpstream(t, (req, res) => held.push(() => sampleProvider(req, res)), 'max_concurrent: 1, queue_timeout_ms: 5000');

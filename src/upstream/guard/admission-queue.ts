@@ -37,7 +37,8 @@ export class AdmissionQueue {
 
   /**
    * Asks `tryAdmit` until it admits or reports a stop, waiting in turn while it says the cap is
-   * full. Answers `over_cap` when the wait would pass `maxWaitMs` or the queue is full.
+   * full. Answers `over_cap` at once when the queue is full, else when `maxWaitMs` runs out
+   * before the cap admits it (a call may end and free a place sooner than the cap's estimate).
    */
   async admit(tryAdmit: () => Admission | Promise<Admission>, maxWaitMs: number): Promise<{ admission: Admission; waitedMs: number }> {
     const started = this.#clock.now();
