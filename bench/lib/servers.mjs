@@ -27,6 +27,11 @@ export async function startUpstream(ctx) {
   };
 }
 
+/** perch's API listener around the ceiling's fixed answer (see servers/perch-shell.mjs). */
+export function startPerchShell(ctx, userId) {
+  return startScript(ctx, 'perch-shell', { HIT_USER_ID: userId, PERCH_ROOT: ctx.repoRoot });
+}
+
 /** The bare node:http ceiling serving the hit page for `userId`. */
 export function startCeiling(ctx, userId) {
   return startScript(ctx, 'ceiling', { HIT_USER_ID: userId });
