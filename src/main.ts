@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 import { parseCommand, USAGE } from './cli.js';
+import { UNSHARED_CAP_WARNING, unsharedCapUpstreams } from './config/advice.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
 import { checkStartupFiles } from './config/startup-files.js';
 import type { Config } from './config/types.js';
@@ -72,6 +73,9 @@ async function serve(config: Config, configPath: string): Promise<void> {
   } else {
     process.stderr.write(`perch is up on ${base}\n`);
   }
+
+  const unshared = unsharedCapUpstreams(config);
+  if (unshared.length > 0) logger.warn({ upstreams: unshared }, UNSHARED_CAP_WARNING);
 
   handleSignals({ perch, logger, configPath, env: process.env });
 }
