@@ -36,7 +36,7 @@ export async function hitScenario(ctx) {
     // The ceiling must send what perch sends, or the ratio compares different responses.
     const names = (h) => Object.keys(h).sort().join(', ');
     if (names(hit.headers) !== names(direct.headers)) {
-      throw new Error(`the ceiling's response headers (${names(direct.headers)}) are not perch's (${names(hit.headers)}): update bench/lib/servers/ceiling.mjs`);
+      throw new Error(`the ceiling's response headers (${names(direct.headers)}) are not perch's (${names(hit.headers)}): update bench/lib/servers/hit-answer.mjs`);
     }
     notes.push(`Hit page: ${hit.body.length} bytes, ${Object.keys(hit.headers).length} response headers, the same names from perch and the ceiling.`);
     ctx.metricsPresent = await hasMetrics(perch.url);

@@ -6,7 +6,7 @@
 // PERCH_ROOT names the perch checkout whose build to use. Prints `LISTENING <port>`.
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { bodyFactory } from '../bodies.mjs';
+import { hitAnswer } from './hit-answer.mjs';
 
 const root = process.env.PERCH_ROOT;
 if (!root) throw new Error('PERCH_ROOT is not set');
@@ -26,27 +26,9 @@ log: { level: warn }
   {},
 );
 
-const userId = process.env.HIT_USER_ID ?? '1000000000000000001';
-const body = bodyFactory({ tweetsBytes: Number(process.env.TWEETS_BYTES ?? 10240) }).tweets(userId);
-const length = String(body.length);
-const REQUEST_ID = '3f1c2a9e-6b7d-4c1e-9a2b-5d8e7f6a4b3c';
-
 const server = createApiServer(
   config.server,
-  (req, res) => {
-    res.writeHead(200, [
-      'cache-status', 'perch; hit; ttl=3599',
-      'age', '0',
-      'x-request-id', REQUEST_ID,
-      'ratelimit-policy', '"unlimited";q=1000000000;w=1',
-      'ratelimit', '"unlimited";r=999999999;t=0',
-      'cache-control', 'private, max-age=3599',
-      'vary', 'X-API-Key',
-      'content-type', 'application/json; charset=utf-8',
-      'content-length', length,
-    ]);
-    res.end(body);
-  },
+  hitAnswer(process.env.HIT_USER_ID ?? '1000000000000000001', Number(process.env.TWEETS_BYTES ?? 10240)),
   createLogger(config.log),
 );
 server.listen(0, '127.0.0.1', () => process.stdout.write(`LISTENING ${server.address().port}\n`));
