@@ -205,6 +205,22 @@ test('x_v2 usage-capped with one token: every endpoint answers 429 without calli
   assert.equal(upstream.requests.length, 1);
 });
 
+for (const status of [402, 403]) {
+  test(`x_v2 usage-capped on a ${status}: the token stops on every endpoint as on a 429, not called again`, { timeout: 10_000 }, async (t) => {
+    const { upstream, perch } = await setup(t, (_req, res) => send(res, status, xFixtureText('problem-usage-capped')));
+    assert.equal((await perch.request('/v1/users/2244994945')).status, 429);
+    for (const path of ['/v1/tweets/1', '/v1/users/2/following']) {
+      const res = await perch.request(path);
+      assert.deepEqual([res.status, res.headers.get('retry-after')], [429, '86400'], path);
+    }
+    assert.equal(upstream.requests.length, 1);
+    assert.deepEqual(
+      perch.logs.lines().filter((l) => l.level === 50).map((l) => l.msg),
+      ['provider usage cap spent: credential stopped on every endpoint'],
+    );
+  });
+}
+
 test('x_v2 403 (an endpoint outside the plan) fails that call and keeps the token for the others', { timeout: 10_000 }, async (t) => {
   const { upstream, perch } = await setup(t, (req, res) =>
     (req.url ?? '').includes('/following')

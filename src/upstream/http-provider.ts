@@ -100,16 +100,18 @@ async function classify(
     return dialect.success(request, parsed, body, statusCode);
   }
   const retryAfter = header(headers['retry-after']);
-  if (statusCode === 429 || (statusCode === 503 && retryAfter !== undefined)) {
-    // The one error body perch reads, and only for its problem type: X answers a spent monthly
-    // quota with a 429 whose remaining count is not 0, and only the type tells it apart.
-    const capped = statusCode === 429 && isUsageCapped(await readLimited(response.body, PROBLEM_BYTES, true));
-    if (statusCode !== 429 || !capped) await response.body.dump().catch(() => undefined);
+  // The one error body perch reads, and only for its problem type: X answers a spent monthly
+  // quota with a 429 whose remaining count is not 0, and only the type tells it apart. Clients
+  // of X's API report the same type on 402 and 403 answers too; whatever the status, a spent
+  // cap must stop the credential, or every miss would call it again.
+  const capped = USAGE_CAP_STATUSES.has(statusCode) && isUsageCapped(await readLimited(response.body, PROBLEM_BYTES, true));
+  if (capped || statusCode === 429 || (statusCode === 503 && retryAfter !== undefined)) {
+    if (!capped) await response.body.dump().catch(() => undefined);
     const untilMs = rateLimitUntil(retryAfter, header(headers['x-rate-limit-reset']), now, config.retry_after_default_seconds);
     const cause = capped ? 'usage_capped' : statusCode === 429 ? 'status_429' : 'status_503';
     return { kind: 'rate_limited', cause, retryAfterSeconds: secondsUntil(untilMs, now), untilMs };
   }
-  // Error bodies are never read into memory, let alone forwarded.
+  // Error bodies are never forwarded, and never read beyond that peek at a problem type.
   await response.body.dump().catch(() => undefined);
   if (statusCode === 404) return { kind: 'not_found' };
   // perch validated every parameter but the opaque cursor, so a 400 on a request with a cursor
@@ -119,6 +121,9 @@ async function classify(
   if (statusCode >= 500) return failed('status_5xx', `status ${statusCode}`, statusCode);
   return failed('unexpected_status', `status ${statusCode}`, statusCode);
 }
+
+/** Statuses whose problem body may name a spent usage cap. */
+const USAGE_CAP_STATUSES = new Set([402, 403, 429]);
 
 /** X's problem details name the spent monthly cap `https://api.twitter.com/2/problems/usage-capped`. */
 function isUsageCapped(body: Buffer | undefined): boolean {
