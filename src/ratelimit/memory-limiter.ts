@@ -20,8 +20,15 @@ export class MemoryLimiter implements BucketLimiter {
   }
 
   take(keyId: string, plan: Plan, cost: 0 | 1): Verdict {
-    const next = takeFrom(this.#buckets.get(keyId), plan, this.#clock.now(), cost);
-    this.#buckets.set(keyId, { tokens: next.tokens, at: next.at });
+    const state = this.#buckets.get(keyId);
+    const next = takeFrom(state, plan, this.#clock.now(), cost);
+    // Updated in place: `get` has already made the bucket the most recently used, and a `set`
+    // per request would cost the LRU a second lookup and an allocation on the hit path.
+    if (state === undefined) this.#buckets.set(keyId, { tokens: next.tokens, at: next.at });
+    else {
+      state.tokens = next.tokens;
+      state.at = next.at;
+    }
     return { plan, allowed: next.allowed, tokens: next.tokens };
   }
 }
