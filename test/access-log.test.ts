@@ -6,6 +6,7 @@ import { Writable } from 'node:stream';
 import { test } from 'node:test';
 import { createAccessLog, type AccessFields } from '../src/observability/access-log.js';
 import { LineBatcher } from '../src/observability/line-batcher.js';
+import { waitFor } from './helpers/perch.js';
 import { createLogger } from '../src/observability/logger.js';
 
 const FIELDS: AccessFields = {
@@ -80,4 +81,26 @@ test('the line batcher writes every line, in order, once flushed', { timeout: 50
   batcher.write('{"last":true}\n');
   batcher.flushSync();
   assert.equal(readFileSync(file, 'utf8'), `${expected.join('')}{"last":true}\n`);
+});
+
+test('the line batcher writes lines within its delay without a flush, after a full batch too, and a line longer than a batch', { timeout: 5000 }, async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'perch-lines-'));
+  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  const file = join(dir, 'log');
+  const fd = openSync(file, 'w');
+  t.after(() => closeSync(fd));
+  const batcher = new LineBatcher(fd);
+  let expected = '';
+  const write = (line: string): void => {
+    expected += line;
+    batcher.write(line);
+  };
+  write('{"first":1}\n');
+  await waitFor(() => readFileSync(file, 'utf8') === expected);
+  // A full batch goes out at once; the two lines after it only by the timer.
+  for (let i = 0; i < 400; i++) write(`{"n":${i},"pad":"${'y'.repeat(200)}"}\n`);
+  write('{"after":1}\n');
+  write(`{"long":"${'z'.repeat(100_000)}"}\n`);
+  write('{"after":2}\n');
+  await waitFor(() => readFileSync(file, 'utf8') === expected);
 });

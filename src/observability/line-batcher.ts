@@ -1,25 +1,32 @@
-import { write, writeSync } from 'node:fs';
+import { writeSync, writev } from 'node:fs';
 
-/** A batch is written once it holds this many characters. */
-const BATCH_CHARS = 64 * 1024;
+/** A batch is written once it holds this many bytes. */
+const BATCH_BYTES = 64 * 1024;
 /** Longest a line waits for its batch to fill when traffic is light. */
 const MAX_DELAY_MS = 100;
-/** Characters kept while the sink is slow; past this, new lines are dropped and counted. */
-const MAX_PENDING_CHARS = 16 * 1024 * 1024;
+/** Bytes kept while the sink is slow; past this, new lines are dropped and counted. */
+const MAX_PENDING_BYTES = 16 * 1024 * 1024;
+/** Batch buffers kept for reuse once written, so steady logging allocates none. */
+const SPARE_BUFFERS = 4;
 
 /**
- * The log's way to a file descriptor: lines are gathered as strings and joined into one write of
- * about 64 KB (or every 100 ms), written asynchronously so a slow pipe never stalls the event
- * loop. pino's own destination (sonic-boom) costs several microseconds a line at any batch size
- * (its buffer is one growing string measured line by line); gathering an array and joining it
- * once per batch costs a fraction of that, and the access line is written once per request.
+ * The log's way to a file descriptor: each line is encoded straight into a 64 KB buffer, and full
+ * buffers (or whatever is there every 100 ms) go out in one asynchronous `writev`, so a slow pipe
+ * never stalls the event loop. pino's own destination (sonic-boom) costs several microseconds a
+ * line (its buffer is one growing string measured line by line); gathering strings and joining
+ * them once per batch still copied every line twice more (join, then encode). Here a line is
+ * copied once, by `buffer.write`, and the access line is written once per request.
  * A sink slower than the logs fills at most 16 MB of memory, then lines are dropped and counted
  * (the count is logged when the sink catches up), rather than perch running out of memory.
  */
 export class LineBatcher {
   readonly #fd: number;
-  #pending: string[] = [];
-  #pendingChars = 0;
+  /** Filled batches waiting for the write in flight. */
+  #full: Buffer[] = [];
+  #current: Buffer = Buffer.allocUnsafe(BATCH_BYTES);
+  #used = 0;
+  #pendingBytes = 0;
+  #spares: Buffer[] = [];
   #writing = false;
   #dropped = 0;
   #timer: NodeJS.Timeout | undefined;
@@ -31,20 +38,32 @@ export class LineBatcher {
 
   /** Takes one complete line (with its newline), as pino hands them. */
   write(line: string): boolean {
-    if (this.#pendingChars > MAX_PENDING_CHARS) {
+    if (this.#pendingBytes > MAX_PENDING_BYTES) {
       this.#dropped++;
       return true;
     }
-    this.#pending.push(line);
-    this.#pendingChars += line.length;
-    if (this.#pendingChars >= BATCH_CHARS) this.#start();
-    else this.#timer ??= setTimeout(() => this.#start(), MAX_DELAY_MS).unref();
+    // UTF-8 takes at most 3 bytes per UTF-16 unit; a line that might not fit starts a new batch.
+    if (this.#used + line.length * 3 > this.#current.length) {
+      this.#seal();
+      if (line.length * 3 > this.#current.length) {
+        this.#append(Buffer.from(line, 'utf8'));
+        this.#start();
+        return true;
+      }
+    }
+    const written = this.#current.write(line, this.#used, 'utf8');
+    this.#used += written;
+    this.#pendingBytes += written;
+    if (this.#used >= BATCH_BYTES - 1024) {
+      this.#seal();
+      this.#start();
+    } else this.#arm();
     return true;
   }
 
   /** Calls `done` once every line given so far is written (pino's `logger.flush`). */
   flush(done?: (error?: Error) => void): void {
-    if (this.#pending.length === 0 && !this.#writing) {
+    if (this.#used === 0 && this.#full.length === 0 && !this.#writing) {
       done?.();
       return;
     }
@@ -54,61 +73,99 @@ export class LineBatcher {
 
   /** Writes what is pending now, synchronously: for the last lines of a process that is exiting. */
   flushSync(): void {
-    const data = this.#take();
-    if (data !== '') writeSync(this.#fd, data);
+    for (const buffer of this.#take()) writeSync(this.#fd, buffer);
   }
 
-  #take(): string {
+  /** Moves the filling buffer's lines to the queue of full batches. */
+  #seal(): void {
+    if (this.#used === 0) return;
+    this.#full.push(this.#current.subarray(0, this.#used));
+    this.#current = this.#spares.pop() ?? Buffer.allocUnsafe(BATCH_BYTES);
+    this.#used = 0;
+  }
+
+  #append(buffer: Buffer): void {
+    this.#full.push(buffer);
+    this.#pendingBytes += buffer.length;
+  }
+
+  #take(): Buffer[] {
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#timer = undefined;
-    let data = this.#pending.join('');
+    this.#seal();
     if (this.#dropped > 0) {
-      data += `{"level":40,"time":${Date.now()},"msg":"log lines dropped: the log sink was too slow","dropped":${this.#dropped}}\n`;
+      this.#append(Buffer.from(`{"level":40,"time":${Date.now()},"msg":"log lines dropped: the log sink was too slow","dropped":${this.#dropped}}\n`));
       this.#dropped = 0;
     }
-    this.#pending = [];
-    this.#pendingChars = 0;
-    return data;
+    const taken = this.#full;
+    this.#full = [];
+    this.#pendingBytes = 0;
+    return taken;
   }
 
   #start(): void {
     if (this.#writing) return;
-    const data = this.#take();
-    if (data === '') {
+    const buffers = this.#take();
+    if (buffers.length === 0) {
       this.#settle();
       return;
     }
     this.#writing = true;
-    this.#writeAll(Buffer.from(data));
+    this.#writeAll(buffers, buffers);
   }
 
-  #writeAll(bytes: Buffer): void {
-    write(this.#fd, bytes, 0, bytes.length, null, (error, written) => {
+  /** `batch`: every buffer of this write, returned to the spares once all of it is written. */
+  #writeAll(buffers: Buffer[], batch: readonly Buffer[]): void {
+    writev(this.#fd, buffers, null, (error, written) => {
       if (error !== null) {
         // A non-blocking pipe that is full: try again shortly. Anything else loses this batch,
         // said once on stderr, since the log itself is what failed.
         if ((error as NodeJS.ErrnoException).code === 'EAGAIN') {
-          setTimeout(() => this.#writeAll(bytes), 10).unref();
+          setTimeout(() => this.#writeAll(buffers, batch), 10).unref();
           return;
         }
         process.stderr.write(`perch: log write failed: ${error.message}\n`);
-      } else if (written < bytes.length) {
-        this.#writeAll(bytes.subarray(written));
-        return;
+      } else {
+        const rest = unwritten(buffers, written);
+        if (rest.length > 0) {
+          this.#writeAll(rest, batch);
+          return;
+        }
+      }
+      for (const buffer of batch) {
+        if (buffer.buffer.byteLength === BATCH_BYTES && this.#spares.length < SPARE_BUFFERS) this.#spares.push(Buffer.from(buffer.buffer, buffer.byteOffset, BATCH_BYTES));
       }
       this.#writing = false;
-      if (this.#pending.length > 0 && (this.#pendingChars >= BATCH_CHARS || this.#waiters.length > 0)) this.#start();
+      if (this.#full.length > 0 || (this.#used > 0 && this.#waiters.length > 0)) this.#start();
       else {
-        if (this.#pending.length > 0) this.#timer ??= setTimeout(() => this.#start(), MAX_DELAY_MS).unref();
+        // The timer may have fired during this write and found it busy: lines left must not
+        // wait for the next batch to fill.
+        if (this.#used > 0) this.#arm();
         this.#settle();
       }
     });
   }
 
+  /** Writes the filling batch within MAX_DELAY_MS, however few lines it holds. */
+  #arm(): void {
+    this.#timer ??= setTimeout(() => {
+      this.#timer = undefined;
+      this.#start();
+    }, MAX_DELAY_MS).unref();
+  }
+
   #settle(): void {
-    if (this.#writing || this.#pending.length > 0) return;
+    if (this.#writing || this.#used > 0 || this.#full.length > 0) return;
     const waiters = this.#waiters;
     this.#waiters = [];
     for (const done of waiters) done();
   }
+}
+
+/** What a `writev` of `buffers` left unwritten after writing `written` bytes. */
+function unwritten(buffers: readonly Buffer[], written: number): Buffer[] {
+  let i = 0;
+  while (i < buffers.length && written >= buffers[i]!.length) written -= buffers[i++]!.length;
+  if (i === buffers.length) return [];
+  return [buffers[i]!.subarray(written), ...buffers.slice(i + 1)];
 }
