@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { Redis } from 'ioredis';
 import { ManualClock } from './helpers/clock.js';
-import { startPerch, testConfig, v1 } from './helpers/perch.js';
+import { startPerch, testConfig, v1, waitForAsync } from './helpers/perch.js';
 import { withPlan } from './helpers/plans.js';
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
 import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
@@ -31,47 +31,59 @@ test('leased tokens never add up to more than the bucket gave: two instances, 10
   assert.equal(statuses.filter((s) => s === 429).length, 50);
 });
 
-test('requests spend a lease locally: no Redis round trip until it is used up', { timeout: 20_000 }, async (t) => {
+test('requests spend a lease locally and take the next one ahead, at a quarter left: the request after the lease needs no Redis round trip', { timeout: 20_000 }, async (t) => {
   const redis = await startRedis(t);
   const client = new Redis(redis.url);
   t.after(() => client.disconnect());
   const upstream = await startUpstream(t, sampleProvider);
-  // Lease min(100, capacity / 10) = 100 tokens; next to no refill during the test.
+  // Lease min(100, capacity / 10) = 100 tokens, the next taken at 25 left; next to no refill.
   const perch = await instance(t, redis, upstream.url, '{ capacity: 1000, refill_per_second: 0.001 }');
   assert.equal((await perch.request('/v1/users/1')).status, 200);
   const before = await leaseCalls(client);
-  for (let i = 0; i < 99; i++) assert.equal((await perch.request('/v1/users/1')).status, 200);
-  assert.equal(await leaseCalls(client), before, '99 hits on the 99 tokens left of the lease');
+  for (let i = 0; i < 73; i++) assert.equal((await perch.request('/v1/users/1')).status, 200);
+  assert.equal(await leaseCalls(client), before, '74 requests, 26 tokens left: no Redis round trip');
+  assert.equal((await perch.request('/v1/users/1')).status, 200);
+  await waitForAsync(async () => (await leaseCalls(client)) === before + 1);
+  for (let i = 0; i < 25; i++) assert.equal((await perch.request('/v1/users/1')).status, 200);
   const last = await perch.request('/v1/users/1');
   assert.equal(last.status, 200);
-  assert.equal(await leaseCalls(client), before + 1, 'the 101st request takes a new lease');
+  assert.equal(await leaseCalls(client), before + 1, 'the 101st request spends the lease taken ahead');
   // The shared bucket lent 200 of its 1000 tokens; this instance holds 99 of them: 899 left.
   assert.match(last.headers.get('ratelimit') ?? '', /^"small";r=899;t=\d+$/);
 });
 
-test('unspent leased tokens lapse once the bucket would have refilled them, and never before a second', { timeout: 20_000 }, async (t) => {
+test('each lease lapses on its own clock once the bucket would have refilled it, and never before a second', { timeout: 20_000 }, async (t) => {
   const redis = await startRedis(t);
   const client = new Redis(redis.url);
   t.after(() => client.disconnect());
   const upstream = await startUpstream(t, sampleProvider);
   const clock = new ManualClock();
-  // Lease 2 tokens at 0.5 per second: unspent ones lapse 4 s after the lease.
+  // Lease 2 tokens at 0.5 per second: unspent ones lapse 4 s after their lease.
   const perch = await instance(t, redis, upstream.url, '{ capacity: 20, refill_per_second: 0.5 }', clock);
   assert.equal((await perch.request('/v1/users/1')).status, 200);
   const before = await leaseCalls(client);
   clock.advance(3999);
+  // The first lease's last token, at 3999 ms: it still holds, and the next lease is taken ahead.
   assert.equal((await perch.request('/v1/users/1')).status, 200);
-  assert.equal(await leaseCalls(client), before, 'the lease still holds at 3999 ms');
+  await waitForAsync(async () => (await leaseCalls(client)) === before + 1);
+  clock.advance(1);
   assert.equal((await perch.request('/v1/users/1')).status, 200);
-  assert.equal(await leaseCalls(client), before + 1, 'spent: a new lease');
-  clock.advance(4000);
+  assert.equal(await leaseCalls(client), before + 1, 'served from the lease taken at 3999 ms');
+  clock.advance(3998);
   assert.equal((await perch.request('/v1/users/1')).status, 200);
-  assert.equal(await leaseCalls(client), before + 2, 'lapsed at 4 s: a new lease');
-  // At 10 tokens a second the same lease would lapse after 200 ms: it lives a second all the same.
-  const fast = await instance(t, redis, upstream.url, '{ capacity: 20, refill_per_second: 10 }', clock);
+  await waitForAsync(async () => (await leaseCalls(client)) === before + 2);
+  assert.equal(await leaseCalls(client), before + 2, 'its last token at 7998 ms; the next lease taken ahead');
+  clock.advance(4002);
+  assert.equal((await perch.request('/v1/users/1')).status, 200);
+  assert.equal(await leaseCalls(client), before + 3, 'the lease taken ahead at 7998 ms lapsed at 11998 ms: a new lease');
+  // At 20 tokens a second a lease of 4 would lapse after 200 ms: it lives a second all the same.
+  const fast = await instance(t, redis, upstream.url, '{ capacity: 40, refill_per_second: 20 }', clock);
   await fast.request('/v1/users/1');
   const fastBefore = await leaseCalls(client);
   clock.advance(999);
   await fast.request('/v1/users/1');
   assert.equal(await leaseCalls(client), fastBefore, 'the lease still holds at 999 ms');
+  clock.advance(1);
+  await fast.request('/v1/users/1');
+  assert.equal(await leaseCalls(client), fastBefore + 1, 'lapsed at 1000 ms: a new lease');
 });

@@ -57,7 +57,7 @@ export class RateLimits {
       breakers = new NodeBreakers(this.#client, { clock: deps.clock, logger: deps.logger, name: 'rate-limit redis' });
     }
     const shared = new RedisLimiter(this.#client, { prefix: redis.prefix, commandTimeoutMs: redis.command_timeout_ms });
-    this.#limiter = new InsuredLimiter(new LeasedLimiter(shared, deps.clock), memory, breakers, deps.logger);
+    this.#limiter = new InsuredLimiter(new LeasedLimiter(shared, deps.clock, breakers), memory, breakers, deps.logger);
   }
 
   /** The Redis connection of the shared buckets, which the provider guard shares; absent without Redis. */
