@@ -1,4 +1,5 @@
 // The bench's own node:http servers (upstream stand-in, ceiling), each a pinned child process.
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
 import { start, waitForLine } from './procs.mjs';
@@ -30,6 +31,12 @@ export async function startUpstream(ctx) {
 /** perch's API listener around the ceiling's fixed answer (see servers/perch-shell.mjs). */
 export function startPerchShell(ctx, userId) {
   return startScript(ctx, 'perch-shell', { HIT_USER_ID: userId, PERCH_ROOT: ctx.repoRoot });
+}
+
+/** The hit path's work done plainly on bare node:http (see servers/minimal-path.mjs). */
+export function startMinimalPath(ctx, userId) {
+  const logFile = ctx.options.logToFile ? join(ctx.tmpDir, 'minimal-path.log') : '/dev/null';
+  return startScript(ctx, 'minimal-path', { HIT_USER_ID: userId, PERCH_ROOT: ctx.repoRoot, LOG_FILE: logFile });
 }
 
 /** The bare node:http ceiling serving the hit page for `userId`. */
