@@ -166,13 +166,23 @@ export function memoryOf(pid) {
 
 /** CPU seconds (user + system) a process has used so far, from /proc (Linux); NaN elsewhere. */
 export function cpuSecondsOf(pid) {
+  const { user, system } = cpuSplitOf(pid);
+  return user + system;
+}
+
+/**
+ * User and system CPU seconds a process has used so far, from /proc (Linux); NaN elsewhere. The
+ * system share holds the kernel's side of every request (socket reads and writes, loopback TCP,
+ * epoll), which grows per request when a slower server leaves its client asleep more often.
+ */
+export function cpuSplitOf(pid) {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     // fields[0] is field 3 (state); utime and stime are fields 14 and 15.
-    return (Number(fields[11]) + Number(fields[12])) / clockTicks();
+    return { user: Number(fields[11]) / clockTicks(), system: Number(fields[12]) / clockTicks() };
   } catch {
-    return NaN;
+    return { user: NaN, system: NaN };
   }
 }
 

@@ -23,7 +23,7 @@ export async function startRedis(ctx) {
   return { proc, port, url: `redis://127.0.0.1:${port}` };
 }
 
-/** Sends one command and resolves with its reply line (integers and simple strings only). */
+/** Sends one command and resolves with its reply: an integer, a simple string or a bulk string. */
 export function redisCommand(port, ...args) {
   return new Promise((resolve, reject) => {
     const socket = connect(port, '127.0.0.1');
@@ -40,10 +40,13 @@ export function redisCommand(port, ...args) {
       reply += data.toString();
       const nl = reply.indexOf('\r\n');
       if (nl < 0) return;
+      const line = reply.slice(0, nl);
+      // A bulk string: its length, then that many bytes (INFO answers ASCII, so bytes = chars).
+      if (line.startsWith('$') && reply.length < nl + 2 + Number(line.slice(1))) return;
       clearTimeout(timer);
       socket.end();
-      const line = reply.slice(0, nl);
       if (line.startsWith('-')) reject(new Error(`redis ${args[0]}: ${line.slice(1)}`));
+      else if (line.startsWith('$')) resolve(reply.slice(nl + 2, nl + 2 + Number(line.slice(1))));
       else resolve(line.startsWith(':') ? Number(line.slice(1)) : line.slice(1));
     });
     socket.write(`*${args.length}\r\n${args.map((a) => `$${Buffer.byteLength(a)}\r\n${a}\r\n`).join('')}`);

@@ -6,7 +6,7 @@ import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { busyShare, cpuJiffies, cpuSecondsOf } from './procs.mjs';
+import { busyShare, cpuJiffies, cpuSplitOf } from './procs.mjs';
 
 /** wrk's version ("wrk debian/4.1.0-3+b2 [epoll]"), or null when wrk is not on PATH (bench/setup.sh installs it). */
 export function wrkVersion() {
@@ -68,7 +68,7 @@ export async function wrk({ url, path = '/', headers = {}, connections, duration
   for (const [name, value] of Object.entries(headers)) args.push('-H', `${name}: ${value}`);
   args.push(url + path);
   const command = [...(cpu === null ? [] : ['taskset', '-c', String(cpu)]), 'wrk', ...args];
-  const serverBefore = serverPids.map((pid) => cpuSecondsOf(pid));
+  const serverBefore = serverPids.map((pid) => cpuSplitOf(pid));
   const coresBefore = [cpuJiffies(cpu), cpuJiffies(serverCpu)];
   // bash's `times` prints the CPU time of the children it waited for: wrk's own, exactly (taskset
   // execs wrk), after wrk has exited.
@@ -77,7 +77,11 @@ export async function wrk({ url, path = '/', headers = {}, connections, duration
   child.stdout.on('data', (d) => (out += d));
   child.stderr.on('data', (d) => (out += d));
   const code = await new Promise((resolve) => child.once('exit', resolve));
-  const serverSeconds = serverPids.map((pid, i) => cpuSecondsOf(pid) - serverBefore[i]).reduce((a, b) => a + b, 0);
+  const serverAfter = serverPids.map((pid) => cpuSplitOf(pid));
+  const sum = (field) => serverAfter.map((after, i) => after[field] - serverBefore[i][field]).reduce((a, b) => a + b, 0);
+  const serverUserSeconds = sum('user');
+  const serverSystemSeconds = sum('system');
+  const serverSeconds = serverUserSeconds + serverSystemSeconds;
   const coresAfter = [cpuJiffies(cpu), cpuJiffies(serverCpu)];
   if (code !== 0) throw new Error(`wrk exited with ${code}: ${out.slice(-500)}`);
   const run = parse(out);
@@ -89,6 +93,8 @@ export async function wrk({ url, path = '/', headers = {}, connections, duration
     ...run,
     generatorCpu: childCpuSeconds(out) / windowS,
     serverCpu: serverSeconds / windowS,
+    serverUserCpu: serverUserSeconds / windowS,
+    serverSystemCpu: serverSystemSeconds / windowS,
     generatorCoreBusy: busyShare(coresBefore[0], coresAfter[0]),
     serverCoreBusy: busyShare(coresBefore[1], coresAfter[1]),
   };
