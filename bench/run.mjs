@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // perch benchmarks (issue #6): `npm run bench` from bench/. Runs every scenario, prints a table,
 // writes bench/RESULTS.md. Environment:
-//   BENCH_DURATION_S (10)        seconds per measured hit/miss run
+//   BENCH_DURATION_S (10)        seconds per measured miss run (and hit run, unless the next is set)
+//   BENCH_HIT_DURATION_S (5)     seconds per measured hit run: the hit path runs the ceiling before
+//                                every other target (paired), twice the runs, so shorter ones
 //   BENCH_RUNS (3)               interleaved rounds per figure, at least 3 (median reported)
 //   BENCH_WARMUP_S (2)           warm-up run per target before measuring (capped at the duration)
 //   BENCH_CONNECTIONS (64)       hit-path connections, also the cache-fill concurrency
@@ -68,6 +70,7 @@ function readOptions() {
   for (const name of only) if (!(name in SCENARIOS)) throw new Error(`BENCH_ONLY: unknown scenario ${name} (known: ${Object.keys(SCENARIOS).join(', ')})`);
   return {
     durationS,
+    hitDurationS: num('BENCH_HIT_DURATION_S', process.env.BENCH_DURATION_S === undefined ? 5 : durationS, { min: 1 }),
     runs: num('BENCH_RUNS', 3, { min: 3, integer: true }),
     warmupS: Math.min(durationS, num('BENCH_WARMUP_S', 2, { min: 1 })),
     connections: num('BENCH_CONNECTIONS', 64, { min: 1, integer: true }),
@@ -150,7 +153,7 @@ async function main() {
     ['OS', `${os.type()} ${os.release()} ${os.arch()}`],
     ['perch', `${gitDescription()}${built ? ', built by the bench' : ''}`],
     ['pinning', pin.note],
-    ['rounds', `${options.runs} interleaved rounds x ${options.durationS} s per target, after a ${options.warmupS} s warm-up run per target${smoke ? ' — SMOKE' : ''}`],
+    ['rounds', `${options.runs} interleaved rounds x ${options.durationS} s per target (hit path: ${options.hitDurationS} s, each run paired with a ceiling run just before it, order rotated each round), after a ${options.warmupS} s warm-up run per target${smoke ? ' — SMOKE' : ''}`],
     ['load generator', `${wrkLine ?? 'wrk not found'}, 1 thread; an undici loop for fixed request lists`],
     ['hit-path peers', `${nginxVersion() ?? 'nginx not found'}; ${varnishVersion() ?? 'varnishd not found'}`],
     ['hit connections', String(options.connections)],

@@ -1,23 +1,40 @@
 // Measured runs in interleaved rounds: a warm-up run per target first (JIT, caches, connection
-// pools), then round r runs every target once, in order, so drift on the machine and noisy
-// neighbours hit every target alike instead of whichever happened to run last.
+// pools), then round r runs every target once, so drift on the machine and noisy neighbours hit
+// every target alike instead of whichever happened to run last.
+//
+// `pairWith` names a baseline target run right before every other target's run, each round in a
+// rotated order. On this kind of shared virtual machine the speed of a core drifts by a third
+// within a minute (the same bare server measured 23k and 46k req/s one round apart), so a target
+// compared with a baseline measured 80 s away carries that drift, and in a fixed order the
+// first targets of a round were measured faster than the last whatever they were. A pair run
+// seconds apart shares the drift, and the rotation spreads what is left over every position.
 
 /**
  * `run(target, durationS, runNo)` performs one run (runNo counts every run, warm-ups included, so
- * a run can make paths of its own). Resolves with each target's measured runs, by name.
+ * a run can make paths of its own). Resolves with each target's measured runs, by name; with
+ * `pairWith`, each other target's run carries `baselineRun`, the baseline run just before it.
  */
-export async function interleavedRounds({ targets, rounds, durationS, warmupS, run, log, label }) {
+export async function interleavedRounds({ targets, rounds, durationS, warmupS, run, log, label, pairWith }) {
   let runNo = 0;
   for (const t of targets) {
     const w = await run(t, warmupS, runNo++);
     log(`  ${label} ${t.name} warm-up: ${summary(w)}`);
   }
   const results = Object.fromEntries(targets.map((t) => [t.name, []]));
+  const baseline = targets.find((t) => t.name === pairWith);
+  const others = targets.filter((t) => t !== baseline);
   for (let r = 0; r < rounds; r++) {
-    for (const t of targets) {
+    const order = baseline === undefined ? targets : others.map((_, i) => others[(i + r) % others.length]);
+    for (const t of order) {
+      let baselineRun;
+      if (baseline !== undefined) {
+        baselineRun = await run(baseline, durationS, runNo++);
+        results[baseline.name].push(baselineRun);
+        log(`  ${label} ${baseline.name} round ${r + 1}, before ${t.name}: ${summary(baselineRun)}`);
+      }
       const result = await run(t, durationS, runNo++);
-      results[t.name].push(result);
-      log(`  ${label} ${t.name} round ${r + 1}: ${summary(result)}`);
+      results[t.name].push(baselineRun === undefined ? result : { ...result, baselineRun });
+      log(`  ${label} ${t.name} round ${r + 1}: ${summary(result)}${baselineRun === undefined ? '' : `; ${(result.rps / baselineRun.rps).toFixed(3)}x its ${baseline.name} run`}`);
     }
   }
   return results;
