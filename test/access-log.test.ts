@@ -3,7 +3,7 @@ import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import { createAccessLog, type AccessFields } from '../src/observability/access-log.js';
 import { LineBatcher } from '../src/observability/line-batcher.js';
 import { waitFor } from './helpers/perch.js';
@@ -62,12 +62,18 @@ test('the access line follows the level: none below info, and again after a chan
   assert.equal(lines.length, 1);
 });
 
-test('the line batcher writes every line, in order, once flushed', { timeout: 5000 }, async (t) => {
+/** An empty file and its descriptor, both gone when the test ends. */
+function tempLogFile(t: TestContext): { file: string; fd: number } {
   const dir = mkdtempSync(join(tmpdir(), 'perch-lines-'));
   t.after(() => rmSync(dir, { recursive: true, force: true }));
   const file = join(dir, 'log');
   const fd = openSync(file, 'w');
   t.after(() => closeSync(fd));
+  return { file, fd };
+}
+
+test('the line batcher writes every line, in order, once flushed', { timeout: 5000 }, async (t) => {
+  const { file, fd } = tempLogFile(t);
   const batcher = new LineBatcher(fd);
   const expected: string[] = [];
   // Enough lines for several 64 KB batches, with a flush racing the writes in flight.
@@ -84,11 +90,7 @@ test('the line batcher writes every line, in order, once flushed', { timeout: 50
 });
 
 test('the line batcher writes lines within its delay without a flush, after a full batch too, and a line longer than a batch', { timeout: 5000 }, async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'perch-lines-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
-  const file = join(dir, 'log');
-  const fd = openSync(file, 'w');
-  t.after(() => closeSync(fd));
+  const { file, fd } = tempLogFile(t);
   const batcher = new LineBatcher(fd);
   let expected = '';
   const write = (line: string): void => {

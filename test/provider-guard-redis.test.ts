@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { Redis } from 'ioredis';
 import { ManualClock } from './helpers/clock.js';
-import { startPerch, testConfig, v1, waitFor, waitForAsync } from './helpers/perch.js';
+import { startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
 import { json, sampleProvider, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
 
@@ -86,7 +86,7 @@ test('a quota window and max_concurrent hold across two instances', { timeout: 2
   const before = await admissions();
   const second = b.request('/v1/users/2');
   // B waits for A's call to end: the one place in flight is fleet-wide. Seen asking twice, it is queued.
-  await waitForAsync(async () => (await admissions()) >= before + 2);
+  await waitFor(async () => (await admissions()) >= before + 2);
   assert.equal(upstream.requests.length, 1);
   held.shift()!();
   assert.equal((await first).status, 200);

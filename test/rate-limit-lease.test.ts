@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { Redis } from 'ioredis';
 import { ManualClock } from './helpers/clock.js';
-import { startPerch, testConfig, v1, waitForAsync } from './helpers/perch.js';
+import { startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { withPlan } from './helpers/plans.js';
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
 import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
@@ -43,7 +43,7 @@ test('requests spend a lease locally and take the next one ahead, at a quarter l
   for (let i = 0; i < 73; i++) assert.equal((await perch.request('/v1/users/1')).status, 200);
   assert.equal(await leaseCalls(client), before, '74 requests, 26 tokens left: no Redis round trip');
   assert.equal((await perch.request('/v1/users/1')).status, 200);
-  await waitForAsync(async () => (await leaseCalls(client)) === before + 1);
+  await waitFor(async () => (await leaseCalls(client)) === before + 1);
   for (let i = 0; i < 25; i++) assert.equal((await perch.request('/v1/users/1')).status, 200);
   const last = await perch.request('/v1/users/1');
   assert.equal(last.status, 200);
@@ -65,13 +65,13 @@ test('each lease lapses on its own clock once the bucket would have refilled it,
   clock.advance(3999);
   // The first lease's last token, at 3999 ms: it still holds, and the next lease is taken ahead.
   assert.equal((await perch.request('/v1/users/1')).status, 200);
-  await waitForAsync(async () => (await leaseCalls(client)) === before + 1);
+  await waitFor(async () => (await leaseCalls(client)) === before + 1);
   clock.advance(1);
   assert.equal((await perch.request('/v1/users/1')).status, 200);
   assert.equal(await leaseCalls(client), before + 1, 'served from the lease taken at 3999 ms');
   clock.advance(3998);
   assert.equal((await perch.request('/v1/users/1')).status, 200);
-  await waitForAsync(async () => (await leaseCalls(client)) === before + 2);
+  await waitFor(async () => (await leaseCalls(client)) === before + 2);
   assert.equal(await leaseCalls(client), before + 2, 'its last token at 7998 ms; the next lease taken ahead');
   clock.advance(4002);
   assert.equal((await perch.request('/v1/users/1')).status, 200);

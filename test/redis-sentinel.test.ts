@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { test } from 'node:test';
-import { startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
+import { pollFor, startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { MASTER_NAME, startSentinels } from './helpers/redis-sentinel.js';
 import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
 
@@ -42,10 +42,10 @@ test('sentinels, master frozen (SIGSTOP): writes land on the new master within 5
 
   set.master.freeze();
   const frozenAt = Date.now();
-  const newMasterPort = await until(async () => {
-    const port = await set.masterPort();
+  const newMasterPort = await pollFor(async () => {
+    const port = await set.masterPort().catch(() => undefined);
     return port === set.master.port ? undefined : port;
-  }, FREEZE_MS);
+  }, FREEZE_MS, 50);
   const switchedAt = Date.now();
   assert.equal(newMasterPort, set.replica.port);
   // Part of the fault: the old master stays frozen for the whole freeze, then resumes.
@@ -82,14 +82,3 @@ test('sentinels, master frozen (SIGSTOP): writes land on the new master within 5
   assert.deepEqual(afterResume.filter(([path]) => onOldMaster.has(path)), [], 'written to the old master after it resumed');
   assert.ok(afterResume.length > 0);
 });
-
-/** Polls an async `probe` every 50 ms until it yields a value; fails after `timeoutMs`. */
-async function until<T>(probe: () => Promise<T | undefined>, timeoutMs: number): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await probe().catch(() => undefined);
-    if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await sleep(50);
-  }
-}

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import { Redis } from 'ioredis';
 import { Pool, type Dispatcher } from 'undici';
 import { ManualClock } from './helpers/clock.js';
-import { startPerch, testConfig, v1, waitForAsync, type RunningPerch } from './helpers/perch.js';
+import { startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
 import { startRedis } from './helpers/redis-server.js';
 import { json, refusedPort, sampleProvider, startUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
 
@@ -173,7 +173,7 @@ test('with Redis, a breaker opened on instance A makes instance B refuse without
 
   for (let i = 1; i <= 5; i++) assert.equal((await a.request(`/v1/users/${i}`)).status, 502);
   assert.equal(upstream.requests.length, 5);
-  await waitForAsync(async () => (await client.exists('perch:{up:main}:stop:*:*')) === 1);
+  await waitFor(async () => (await client.exists('perch:{up:main}:stop:*:*')) === 1);
 
   for (let i = 1; i <= 5; i++) {
     const response = await b.request(`/v1/users/${100 + i}`);

@@ -71,19 +71,20 @@ export function v1(name: string, url: string, extra = ''): string {
 
 /** Polls `condition` every 5 ms until it holds, failing after `timeoutMs`. */
 export async function waitFor(condition: () => boolean | Promise<boolean>, timeoutMs = 5000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((resolve) => setTimeout(resolve, 5));
-  }
+  await pollFor(async () => ((await condition()) ? true : undefined), timeoutMs);
 }
 
-/** Polls an async condition every 5 ms until it holds, failing after `timeoutMs`. */
-export async function waitForAsync(condition: () => Promise<boolean>, timeoutMs = 5000): Promise<void> {
+/**
+ * Polls `probe` every `intervalMs` until it yields a value, and resolves with it; fails after
+ * `timeoutMs`. A probe that may throw while the system is in flux catches its own errors.
+ */
+export async function pollFor<T>(probe: () => T | undefined | Promise<T | undefined>, timeoutMs = 5000, intervalMs = 5): Promise<T> {
   const deadline = Date.now() + timeoutMs;
-  while (!(await condition())) {
+  for (;;) {
+    const value = await probe();
+    if (value !== undefined) return value;
     if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((resolve) => setTimeout(resolve, 5));
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
 }
 

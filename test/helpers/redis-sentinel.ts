@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
 import { promisify } from 'node:util';
+import { pollFor } from './perch.js';
 import { startRedis, type TestRedis } from './redis-server.js';
 
 const run = promisify(execFile);
@@ -58,12 +59,10 @@ export async function startSentinels(t: TestContext, options: TestSentinelOption
   const sentinelCli = async (port: number, ...args: string[]): Promise<string> =>
     (await run(CLI, ['-h', '127.0.0.1', '-p', String(port), '-a', sentinelPassword, '--no-auth-warning', ...args], { timeout: timeoutMs })).stdout.trim();
   const deadline = Date.now() + timeoutMs;
-  const until = async (what: string, check: () => Promise<boolean>) => {
-    while (!(await check().catch(() => false))) {
-      if (Date.now() > deadline) throw new Error(`${what} not in time`);
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-  };
+  const until = (what: string, check: () => Promise<boolean>) =>
+    pollFor(async () => ((await check().catch(() => false)) ? true : undefined), deadline - Date.now(), 50).catch(() => {
+      throw new Error(`${what} not in time`);
+    });
   await until('replica link', async () => (await cli(replica.port, 'info', 'replication')).includes('master_link_status:up'));
 
   const sentinels: TestRedis[] = [];
