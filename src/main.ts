@@ -1,6 +1,7 @@
 #!/usr/bin/env node
+import { getHeapStatistics } from 'node:v8';
 import { parseCommand, USAGE } from './cli.js';
-import { UNSHARED_CAP_WARNING, unsharedCapUpstreams } from './config/advice.js';
+import { HEAP_LIMIT_WARNING, heapShortfall, oldSpaceLimitBytes, UNSHARED_CAP_WARNING, unsharedCapUpstreams } from './config/advice.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
 import { checkStartupFiles } from './config/startup-files.js';
 import type { Config } from './config/types.js';
@@ -76,6 +77,9 @@ async function serve(config: Config, configPath: string): Promise<void> {
 
   const unshared = unsharedCapUpstreams(config);
   if (unshared.length > 0) logger.warn({ upstreams: unshared }, UNSHARED_CAP_WARNING);
+  const heapLimit = oldSpaceLimitBytes(process.execArgv, process.env.NODE_OPTIONS, getHeapStatistics().heap_size_limit);
+  const heapNeeded = heapShortfall(config, heapLimit);
+  if (heapNeeded !== undefined) logger.warn({ old_space_limit_mib: Math.floor(heapLimit / 2 ** 20), needed_mib: Math.ceil(heapNeeded / 2 ** 20) }, HEAP_LIMIT_WARNING);
 
   handleSignals({ perch, logger, configPath, env: process.env });
 }

@@ -5,6 +5,7 @@ import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
+import { HEAP_LIMIT_WARNING } from '../src/config/advice.js';
 import { DEMO_KEY } from '../src/demo-key.js';
 import { PERCH_VERSION } from '../src/version.js';
 import { waitFor } from './helpers/perch.js';
@@ -118,6 +119,25 @@ test('the demo configuration serves fixture data to the printed curl line and st
   assert.equal(await exited, 0);
   const lines = stdout.split('\n').filter((l) => l !== '').map((l) => JSON.parse(l) as Record<string, unknown>);
   assert.deepEqual([lines[0]!.msg, lines[0]!.version, lines[0]!.node], [`perch ${PERCH_VERSION} starting`, PERCH_VERSION, process.version]);
+  // Node's default heap limit is far above what the demo's 256 MiB cache may need.
+  assert.equal(lines.filter((l) => l.msg === HEAP_LIMIT_WARNING).length, 0);
+});
+
+test('a heap limit too small for a full memory cache is a start-up warning with the heap needed', T, async (t) => {
+  const child = spawn(process.execPath, ['--max-old-space-size=64', MAIN, '--config', DEMO_CONFIG], {
+    env: { PATH: process.env.PATH, PERCH_PORT: '0' },
+    stdio: ['ignore', 'pipe', 'ignore'],
+  });
+  t.after(() => void child.kill('SIGKILL'));
+  let stdout = '';
+  child.stdout.on('data', (d) => (stdout += d));
+  await waitFor(() => stdout.includes(HEAP_LIMIT_WARNING));
+  const warning = stdout
+    .split('\n')
+    .filter((l) => l.includes(HEAP_LIMIT_WARNING))
+    .map((l) => JSON.parse(l) as Record<string, unknown>)[0]!;
+  // The demo's max_bytes is 64 MiB: 0.85 x 64 + 64 = 118.4, rounded up.
+  assert.deepEqual([warning.level, warning.old_space_limit_mib, warning.needed_mib], [40, 64, 119]);
 });
 
 test('--version prints the package version', T, async (t) => {
