@@ -10,7 +10,7 @@
 //   BENCH_MISS_CONNECTIONS (1)   miss-path connections (see scenarios/miss.mjs)
 //   BENCH_ONLY                   comma list of scenarios: hit,miss,economy,memory,redis-frozen,validate,quota,sick-upstream
 //   BENCH_ECONOMY_REQUESTS (100000), BENCH_ECONOMY_KEYS (10000), BENCH_ZIPF_S (1.1), BENCH_SEED (6)
-//   BENCH_MEMORY_ENTRIES (100000), BENCH_MEMORY_MAX_BYTES (134217728)
+//   BENCH_MEMORY_ENTRIES (100000), BENCH_MEMORY_PAGES (40000), BENCH_MEMORY_MAX_BYTES (134217728)
 //   BENCH_SERVER_CPU (0), BENCH_CLIENT_CPU (1)
 //   BENCH_LOG_FILE=0             perch logs to /dev/null instead of a file in the temp dir (diagnosis
 //                                only: production writes its log, and the figures say which it was)
@@ -90,6 +90,7 @@ function readOptions() {
     },
     memory: {
       entries: num('BENCH_MEMORY_ENTRIES', 100_000, { min: 1, integer: true }),
+      pages: num('BENCH_MEMORY_PAGES', 40_000, { min: 1, integer: true }),
       maxBytes: num('BENCH_MEMORY_MAX_BYTES', 128 * 1024 * 1024, { min: 1024 * 1024, integer: true }),
       deadlineS: 120,
     },

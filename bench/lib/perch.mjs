@@ -55,15 +55,16 @@ export function metricsSection(ctx) {
 /**
  * Starts one perch instance pinned to the server CPU; resolves once it answers HTTP. Its log
  * (JSON lines, access log included) goes to a file in the temp dir, as in production, unless
- * `ctx.options.logToFile` is false (then /dev/null).
+ * `ctx.options.logToFile` is false (then /dev/null). `nodeArgs` go to node before perch's script
+ * (V8 heap settings, say).
  */
-export async function startPerch(ctx, name, configOptions, { cpuProfileDir } = {}) {
+export async function startPerch(ctx, name, configOptions, { cpuProfileDir, nodeArgs: extraNodeArgs = [] } = {}) {
   const port = await freePort();
   const configFile = join(ctx.tmpDir, `${name}.yaml`);
   writeFileSync(configFile, perchConfig({ ...configOptions, port, metricsYaml: ctx.metricsYaml }));
   const logPath = ctx.options.logToFile ? join(ctx.tmpDir, `${name}.log`) : '/dev/null';
   const logFd = openSync(logPath, 'a');
-  const nodeArgs = [];
+  const nodeArgs = [...extraNodeArgs];
   if (cpuProfileDir) {
     mkdirSync(cpuProfileDir, { recursive: true });
     nodeArgs.push('--cpu-prof', `--cpu-prof-dir=${cpuProfileDir}`);
