@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { Redis } from 'ioredis';
+import { leaseSize } from '../src/ratelimit/token-bucket.js';
 import { ManualClock } from './helpers/clock.js';
 import { startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { withPlan } from './helpers/plans.js';
@@ -86,4 +87,24 @@ test('each lease lapses on its own clock once the bucket would have refilled it,
   clock.advance(1);
   await fast.request('/v1/users/1');
   assert.equal(await leaseCalls(client), fastBefore + 1, 'lapsed at 1000 ms: a new lease');
+});
+
+test('a lease is a tenth of the bucket at most; within that, 100 tokens or a tenth of a second of refill, whichever is more', { timeout: 5000 }, () => {
+  assert.deepEqual(
+    [leaseSize(19, 1000), leaseSize(50, 0.001), leaseSize(1000, 0.001), leaseSize(1000, 50_000), leaseSize(100_000, 500), leaseSize(100_000, 10_000), leaseSize(1e9, 1e9)],
+    [1, 5, 100, 100, 100, 1000, 1e8],
+  );
+});
+
+test('a fast-refilling plan leases a tenth of a second of refill: 700 requests on one lease of 1000', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const client = new Redis(redis.url);
+  t.after(() => client.disconnect());
+  const upstream = await startUpstream(t, sampleProvider);
+  // The injected clock stands still, so no lease lapses while the requests run.
+  const perch = await instance(t, redis, upstream.url, '{ capacity: 100000, refill_per_second: 10000 }', new ManualClock());
+  assert.equal((await perch.request('/v1/users/1')).status, 200);
+  const before = await leaseCalls(client);
+  for (let i = 0; i < 700; i++) assert.equal((await perch.request('/v1/users/1')).status, 200);
+  assert.equal(await leaseCalls(client), before, '701 of 1000 leased tokens spent, 299 left: above the quarter, no Redis round trip');
 });

@@ -25,8 +25,22 @@ export interface Plan {
   readonly xRateLimit?: { readonly clock: Clock };
 }
 
-/** Most tokens one lease holds: a bound on how far leasing may let a client run ahead. */
-export const MAX_LEASE = 100;
+/**
+ * Tokens a lease may hold whatever the refill rate, when the bucket is large enough: each lease
+ * costs a round trip and a script in Redis, so a client spending tens of thousands of tokens a
+ * second on one instance would otherwise ask Redis hundreds of times a second.
+ */
+export const BASE_LEASE = 100;
+
+/**
+ * Tokens one instance takes from the shared bucket at once: a tenth of the bucket at most, so
+ * small plans, whose every token matters, are not leased at all; within that, `BASE_LEASE` or a
+ * tenth of a second of refill, whichever is more. Up to `refill_per_second` tokens the lease
+ * leaves the bound on running ahead, `max(lease, refill_per_second)`, where it was.
+ */
+export function leaseSize(capacity: number, refillPerSecond: number): number {
+  return Math.max(1, Math.min(Math.floor(capacity / 10), Math.max(BASE_LEASE, Math.floor(refillPerSecond / 10))));
+}
 
 /** The outcome of one take: whether it was allowed and the tokens left afterwards (fractional). */
 export interface Verdict {
@@ -56,8 +70,7 @@ export function compilePlan(
     refillPerSecond: plan.refill_per_second,
     costOfHit: plan.cost_of_hit,
     policyHeader: `"${name}";q=${plan.capacity};w=${window}`,
-    // A tenth of the bucket: small plans, whose every token matters, are not leased at all.
-    lease: Math.min(MAX_LEASE, Math.max(1, Math.floor(plan.capacity / 10))),
+    lease: leaseSize(plan.capacity, plan.refill_per_second),
     ietf: headers.dialects.includes('ietf'),
     ...(headers.dialects.includes('x_rate_limit') ? { xRateLimit: { clock: headers.clock } } : {}),
   };
