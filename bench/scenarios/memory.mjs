@@ -73,7 +73,7 @@ export async function memoryScenario(ctx) {
     `Memory: each run fills a new perch (max_bytes ${(m.maxBytes / MB).toFixed(0)} MiB, 64 concurrent requests, every one a miss that is stored) and reads VmRSS from /proc 1 s after the fill; target 1.3 x max_bytes + 80 MiB = ${(target / MB).toFixed(1)} MiB. Recommended heap settings: \`${settings[1].label}\`.`,
     ...variants.map(
       (v) =>
-        `- ${v.size.count} ${v.size.label}, ${v.setting.label}: RSS ${v.rss.map((b) => (b / MB).toFixed(1)).join(' / ')} MiB (peak ${v.peaks.map((b) => (b / MB).toFixed(1)).join(' / ')}; right after start ${v.startRss.map((b) => (b / MB).toFixed(1)).join(' / ')}); fill ${v.rates.map((x) => x.toFixed(0)).join(' / ')} misses/s.`,
+        `${v.size.count} ${v.size.label}, ${v.setting.label}: RSS ${v.rss.map((b) => (b / MB).toFixed(1)).join(' / ')} MiB (peak ${v.peaks.map((b) => (b / MB).toFixed(1)).join(' / ')}; right after start ${v.startRss.map((b) => (b / MB).toFixed(1)).join(' / ')}); fill ${v.rates.map((x) => x.toFixed(0)).join(' / ')} misses/s.`,
     ),
   ];
   return { figures, notes };
