@@ -39,6 +39,12 @@ export function startMinimalPath(ctx, userId) {
   return startScript(ctx, 'minimal-path', { HIT_USER_ID: userId, PERCH_ROOT: ctx.repoRoot, LOG_FILE: logFile });
 }
 
+/** The same work on a bare socket, without node:http (see servers/raw-path.mjs). */
+export function startRawPath(ctx, userId) {
+  const logFile = ctx.options.logToFile ? join(ctx.tmpDir, 'raw-path.log') : '/dev/null';
+  return startScript(ctx, 'raw-path', { HIT_USER_ID: userId, PERCH_ROOT: ctx.repoRoot, LOG_FILE: logFile });
+}
+
 /** The bare node:http ceiling serving the hit page for `userId`. */
 export function startCeiling(ctx, userId) {
   return startScript(ctx, 'ceiling', { HIT_USER_ID: userId });

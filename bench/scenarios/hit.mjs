@@ -1,16 +1,16 @@
 // Hit path: one cached ~10 KB tweets page at `connections` keep-alive connections, driven by wrk,
 // on every target in the same run: the bare node:http ceiling, perch with its rate limits in
 // memory, perch with them in Redis (`rate_limits_redis`, a bench redis-server on the server CPU),
-// nginx proxy_cache and Varnish (each when installed: bench/setup.sh), and three bounds that
+// nginx proxy_cache and Varnish (each when installed: bench/setup.sh), and four bounds that
 // split perch's cost (its listener around a fixed answer; perch with the access log off; a hit's
-// work done plainly on bare node:http). perch runs as production does: auth, rate limit, metrics,
-// access log at info written to a file.
+// work done plainly on bare node:http; the same work on a bare socket, without node:http). perch
+// runs as production does: auth, rate limit, metrics, access log at info written to a file.
 import { get, hasMetrics, BENCH_KEY, startPerch } from '../lib/perch.mjs';
 import { nginxVersion, startNginx } from '../lib/nginx.mjs';
 import { redisAvailable, redisCommand, startRedis } from '../lib/redis.mjs';
 import { side, targetsTable } from '../lib/report.mjs';
 import { interleavedRounds } from '../lib/rounds.mjs';
-import { startCeiling, startMinimalPath, startPerchShell, startUpstream } from '../lib/servers.mjs';
+import { startCeiling, startMinimalPath, startPerchShell, startRawPath, startUpstream } from '../lib/servers.mjs';
 import { varnishVersion, startVarnish } from '../lib/varnish.mjs';
 import { wrk } from '../lib/wrk.mjs';
 
@@ -42,15 +42,20 @@ export async function hitScenario(ctx) {
     notes.push(`Hit page: ${hit.body.length} bytes, ${Object.keys(hit.headers).length} response headers, the same names from perch and the ceiling.`);
     ctx.metricsPresent = await hasMetrics(perch.url);
 
-    // Three bounds that say where perch's CPU per hit goes: its listener alone around the
-    // ceiling's fixed answer, perch whole with the access log off, and the work of a hit done
-    // as plainly as it can be on bare node:http (what any design on node:http pays for it).
+    // Four bounds that say where perch's CPU per hit goes: its listener alone around the
+    // ceiling's fixed answer, perch whole with the access log off, the work of a hit done as
+    // plainly as it can be on bare node:http (what any design on node:http pays for it), and the
+    // same work on a bare socket (what leaving node:http's request and response objects buys).
     const shell = await startPerchShell(ctx, HIT_USER_ID);
     stops.push(shell.proc);
     const minimal = await startMinimalPath(ctx, HIT_USER_ID);
     stops.push(minimal.proc);
     const plain = await get(minimal.url, HIT_PATH);
     if (!plain.body.equals(hit.body) || names(plain.headers) !== names(hit.headers)) throw new Error("the minimal path does not answer perch's bytes and header names");
+    const raw = await startRawPath(ctx, HIT_USER_ID);
+    stops.push(raw.proc);
+    const bare = await get(raw.url, HIT_PATH);
+    if (!bare.body.equals(hit.body) || names(bare.headers) !== names(hit.headers)) throw new Error("the raw path does not answer perch's bytes and header names");
     const quiet = await startPerch(ctx, 'perch-hit-quiet', { upstreamUrl: upstream.url, ttl: { tweets: 3600 }, logLevel: 'warn' });
     stops.push(quiet.proc);
     await primeHit(quiet.url, 'perch (log warn)', (status) => status.startsWith('perch; hit'));
@@ -61,6 +66,7 @@ export async function hitScenario(ctx) {
       { name: 'shell', label: "bound: perch's listener, fixed answer", url: shell.url, pids: [shell.proc.pid] },
       { name: 'quiet', label: 'bound: perch, access log off (level warn)', url: quiet.url, pids: [quiet.proc.pid] },
       { name: 'minimal', label: "bound: a hit's work, plainly, on node:http", url: minimal.url, pids: [minimal.proc.pid] },
+      { name: 'raw', label: "bound: the same work on a bare socket, no node:http", url: raw.url, pids: [raw.proc.pid] },
     ];
     if (!redisAvailable()) {
       notes.push('perch with rate limits in Redis: skipped, redis-server is not on PATH (bench/setup.sh does not install it; .ci/run does).');

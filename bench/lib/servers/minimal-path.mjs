@@ -1,87 +1,34 @@
-// A bound for the hit path: the work every perch hit must do, written as plainly as JavaScript
-// allows on a bare node:http server (no listener hardening, no config, no error paths): the key
-// looked up in a Map, the URL matched by one regex, a token bucket refilled and spent, the entry
-// found in a Map, a random request id, the per-request header values perch sends (cache-status
-// with the TTL left, age, rate-limit fields, max-age), three counters and a histogram bumped
-// through nested Maps, and the access line built with one template and written in 64 KB batches
-// to a file (perch's LineBatcher, the cheapest path measured). Its ratio to the ceiling is what a
-// hit costs on node:http when that work is done, so it bounds what perch can reach on this design.
-// PERCH_ROOT names the perch checkout whose LineBatcher to use; LOG_FILE the access log (default
-// /dev/null). Prints `LISTENING <port>`.
-import { randomUUID } from 'node:crypto';
-import { openSync } from 'node:fs';
+// A bound for the hit path: the work every perch hit must do (hit-work.mjs) on a bare node:http
+// server, with no listener hardening, no config and no error paths. Its ratio to the ceiling is
+// what a hit costs on node:http when that work is done, so it bounds what perch can reach on this
+// design. PERCH_ROOT names the perch checkout whose LineBatcher to use; LOG_FILE the access log
+// (default /dev/null). Prints `LISTENING <port>`.
 import { createServer } from 'node:http';
-import { join } from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { bodyFactory } from '../bodies.mjs';
+import { createHitWork } from './hit-work.mjs';
 
 const root = process.env.PERCH_ROOT;
 if (!root) throw new Error('PERCH_ROOT is not set');
-const { LineBatcher } = await import(pathToFileURL(join(root, 'dist', 'src', 'observability', 'line-batcher.js')).href);
-const log = new LineBatcher(openSync(process.env.LOG_FILE ?? '/dev/null', 'a'));
-
-const userId = process.env.HIT_USER_ID ?? '1000000000000000001';
-const body = bodyFactory({ tweetsBytes: Number(process.env.TWEETS_BYTES ?? 10240) }).tweets(userId);
-const keys = new Map([['perch-bench-key-0123456789abcdef', { id: 'bench', capacity: 1e9, refill: 1e9 }]]);
-const cache = new Map([[`/v1/users/${userId}/tweets`, { body, length: String(body.length), storedAt: Date.now(), ttlMs: 3_600_000 }]]);
-const buckets = new Map();
-const ROUTE = /^\/v1\/users\/(\d{1,19})\/tweets$/;
-const counts = new Map();
-const BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
-const histogram = { counts: new Array(BUCKETS.length + 1).fill(0), sum: 0, count: 0 };
-
-function count(a, b, c) {
-  let level = counts.get(a);
-  if (level === undefined) counts.set(a, (level = new Map()));
-  let inner = level.get(b);
-  if (inner === undefined) level.set(b, (inner = new Map()));
-  inner.set(c, (inner.get(c) ?? 0) + 1);
-}
+const work = await createHitWork({
+  root,
+  logFile: process.env.LOG_FILE ?? '/dev/null',
+  userId: process.env.HIT_USER_ID ?? '1000000000000000001',
+  tweetsBytes: Number(process.env.TWEETS_BYTES ?? 10240),
+});
 
 const server = createServer((req, res) => {
   const started = performance.now();
-  const client = keys.get(req.headers['x-api-key']);
-  const match = client === undefined ? null : ROUTE.exec(req.url);
-  const entry = match === null ? undefined : cache.get(req.url);
-  if (entry === undefined) {
+  const answer = work.serve(req.url, req.headers['x-api-key']);
+  if (answer === undefined) {
     res.writeHead(404).end();
     return;
   }
-  const now = Date.now();
-  let bucket = buckets.get(client.id);
-  if (bucket === undefined) buckets.set(client.id, (bucket = { tokens: client.capacity, at: now }));
-  bucket.tokens = Math.min(client.capacity, bucket.tokens + ((now - bucket.at) * client.refill) / 1000) - 1;
-  bucket.at = now;
-  const age = Math.floor((now - entry.storedAt) / 1000);
-  const ttl = Math.ceil((entry.storedAt + entry.ttlMs - now) / 1000);
-  const id = randomUUID();
-  res.writeHead(200, [
-    'cache-status', `perch; hit; ttl=${ttl}`,
-    'age', String(age),
-    'x-request-id', id,
-    'ratelimit-policy', '"unlimited";q=1000000000;w=1',
-    'ratelimit', `"unlimited";r=${Math.floor(bucket.tokens)};t=${Math.ceil((client.capacity - bucket.tokens) / client.refill)}`,
-    'cache-control', `private, max-age=${age + ttl}`,
-    'vary', 'X-API-Key',
-    'content-type', 'application/json; charset=utf-8',
-    'content-length', entry.length,
-  ]);
-  res.end(entry.body);
-  const ms = performance.now() - started;
-  count('tweets', 200, 'hit');
-  count(client.id, 200, 'hit');
-  let i = 0;
-  while (i < BUCKETS.length && ms / 1000 > BUCKETS[i]) i++;
-  histogram.counts[i]++;
-  histogram.sum += ms / 1000;
-  histogram.count++;
-  log.write(
-    `{"level":30,"time":${now},"service":"perch","req_id":"${id}","method":"${req.method}","path":"${req.url}","route":"tweets","status":200,"cache":"hit","upstream":null,"upstream_ms":null,"ms":${Math.round(ms * 100) / 100},"key_id":"${client.id}","remote":"${req.socket.remoteAddress}","user_agent":null,"msg":"request"}\n`,
-  );
+  res.writeHead(200, answer.headers);
+  res.end(answer.body);
+  work.record(answer, req.method, req.url, req.socket.remoteAddress, started);
 });
 server.listen(0, '127.0.0.1', () => process.stdout.write(`LISTENING ${server.address().port}\n`));
 process.on('SIGTERM', () => {
-  log.flushSync();
+  work.flushSync();
   server.closeAllConnections();
   server.close(() => process.exit(0));
 });
