@@ -77,9 +77,9 @@ async function serve(config: Config, configPath: string): Promise<void> {
 
   const unshared = unsharedCapUpstreams(config);
   if (unshared.length > 0) logger.warn({ upstreams: unshared }, UNSHARED_CAP_WARNING);
-  const heapLimit = oldSpaceLimitBytes(process.execArgv, process.env.NODE_OPTIONS, getHeapStatistics().heap_size_limit);
-  const heapNeeded = heapShortfall(config, heapLimit);
-  if (heapNeeded !== undefined) logger.warn({ old_space_limit_mib: Math.floor(heapLimit / 2 ** 20), needed_mib: Math.ceil(heapNeeded / 2 ** 20) }, HEAP_LIMIT_WARNING);
+  const oldSpaceLimit = oldSpaceLimitBytes(process.execArgv, process.env.NODE_OPTIONS, getHeapStatistics().heap_size_limit);
+  const needed = heapShortfall(config, oldSpaceLimit);
+  if (needed !== undefined) logger.warn({ old_space_limit_mib: Math.floor(oldSpaceLimit / 2 ** 20), needed_mib: Math.ceil(needed / 2 ** 20) }, HEAP_LIMIT_WARNING);
 
   handleSignals({ perch, logger, configPath, env: process.env });
 }

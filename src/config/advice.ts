@@ -41,9 +41,9 @@ export function heapNeeded(config: Config): number {
 
 /**
  * The heap perch needs when the runtime's old-space limit (`oldSpaceLimitBytes`) is below it,
- * else undefined. Operators lower the limit (`--max-old-space-size`) to keep RSS
- * close to `max_bytes`; set too low, the process would crash with a full cache, hours after a
- * start that looked fine, so perch says so at start-up.
+ * else undefined. Operators lower the limit (`--max-old-space-size`) to keep RSS close to
+ * `max_bytes`; set too low, the process would crash with a full cache, hours after a start that
+ * looked fine, so perch says so at start-up.
  */
 export function heapShortfall(config: Config, heapLimitBytes: number): number | undefined {
   const needed = heapNeeded(config);

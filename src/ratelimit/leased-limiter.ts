@@ -35,8 +35,8 @@ function lowWater(plan: Plan): number {
 
 /**
  * The shared buckets without a Redis round trip per request: an instance takes up to
- * `plan.lease` tokens (see `leaseSize`) at once from the shared bucket and spends them locally, and takes the next
- * lease in the background when a quarter is left. Tokens leave the shared bucket when leased, so
+ * `plan.lease` tokens (see `leaseSize`) at once from the shared bucket and spends them locally,
+ * and takes the next lease in the background when a quarter is left. Tokens leave the shared bucket when leased, so
  * leasing never lets the fleet spend more tokens than the bucket gave; what it moves is when: a
  * token leased before a window may be spent inside it. Each lease's unspent tokens lapse
  * `max(1 s, lease / refill_per_second)` after it was taken (at least the time the bucket takes to

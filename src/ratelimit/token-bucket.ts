@@ -30,7 +30,7 @@ export interface Plan {
  * costs a round trip and a script in Redis, so a client spending tens of thousands of tokens a
  * second on one instance would otherwise ask Redis hundreds of times a second.
  */
-export const BASE_LEASE = 100;
+const BASE_LEASE = 100;
 
 /**
  * Tokens one instance takes from the shared bucket at once: a tenth of the bucket at most, so
