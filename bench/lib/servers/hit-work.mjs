@@ -16,9 +16,9 @@ const BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 
 /**
  * `root`: the perch checkout whose LineBatcher to use; `logFile`: the access log. Returns
- * `serve(method, url, apiKey, remote, started)`: the response's header pairs and body, or
- * undefined for anything but the cached page (the bounds answer that 404), and `log` to call
- * once the answer is written, and `flushSync` for the end.
+ * `serve(url, apiKey)`: the response's header pairs and body, or undefined for anything but the
+ * cached page (the bounds answer that 404); `record(answer, method, url, remote, started)` to
+ * count and log it once written; and `flushSync` for the end.
  */
 export async function createHitWork({ root, logFile, userId, tweetsBytes }) {
   const { LineBatcher } = await import(pathToFileURL(join(root, 'dist', 'src', 'observability', 'line-batcher.js')).href);
@@ -80,4 +80,19 @@ export async function createHitWork({ root, logFile, userId, tweetsBytes }) {
   }
 
   return { serve, record, flushSync: () => log.flushSync() };
+}
+
+/**
+ * `createHitWork` as the bound scripts are started (lib/servers.mjs): PERCH_ROOT, required, names
+ * the perch checkout; LOG_FILE the access log (default /dev/null); HIT_USER_ID and TWEETS_BYTES
+ * the page.
+ */
+export function hitWorkFromEnv(env = process.env) {
+  if (!env.PERCH_ROOT) throw new Error('PERCH_ROOT is not set');
+  return createHitWork({
+    root: env.PERCH_ROOT,
+    logFile: env.LOG_FILE ?? '/dev/null',
+    userId: env.HIT_USER_ID ?? '1000000000000000001',
+    tweetsBytes: Number(env.TWEETS_BYTES ?? 10240),
+  });
 }

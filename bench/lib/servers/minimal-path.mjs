@@ -4,16 +4,9 @@
 // design. PERCH_ROOT names the perch checkout whose LineBatcher to use; LOG_FILE the access log
 // (default /dev/null). Prints `LISTENING <port>`.
 import { createServer } from 'node:http';
-import { createHitWork } from './hit-work.mjs';
+import { hitWorkFromEnv } from './hit-work.mjs';
 
-const root = process.env.PERCH_ROOT;
-if (!root) throw new Error('PERCH_ROOT is not set');
-const work = await createHitWork({
-  root,
-  logFile: process.env.LOG_FILE ?? '/dev/null',
-  userId: process.env.HIT_USER_ID ?? '1000000000000000001',
-  tweetsBytes: Number(process.env.TWEETS_BYTES ?? 10240),
-});
+const work = await hitWorkFromEnv();
 
 const server = createServer((req, res) => {
   const started = performance.now();

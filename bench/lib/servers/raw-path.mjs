@@ -7,16 +7,9 @@
 // PERCH_ROOT names the perch checkout whose LineBatcher to use; LOG_FILE the access log (default
 // /dev/null). Prints `LISTENING <port>`.
 import { createServer } from 'node:net';
-import { createHitWork } from './hit-work.mjs';
+import { hitWorkFromEnv } from './hit-work.mjs';
 
-const root = process.env.PERCH_ROOT;
-if (!root) throw new Error('PERCH_ROOT is not set');
-const work = await createHitWork({
-  root,
-  logFile: process.env.LOG_FILE ?? '/dev/null',
-  userId: process.env.HIT_USER_ID ?? '1000000000000000001',
-  tweetsBytes: Number(process.env.TWEETS_BYTES ?? 10240),
-});
+const work = await hitWorkFromEnv();
 
 // node:http's own headers on a keep-alive answer, so the names match the ceiling's.
 const TAIL = '\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n\r\n';
@@ -63,7 +56,11 @@ function answer(socket, text, start, end) {
   work.record(hit, method, url, socket.remoteAddress, started);
 }
 
+const sockets = new Set();
 const server = createServer({ noDelay: true }, (socket) => {
+  sockets.add(socket);
+  socket.on('close', () => sockets.delete(socket));
+  socket.on('error', () => socket.destroy());
   socket.setEncoding('latin1');
   let pending = '';
   socket.on('data', (chunk) => {
@@ -77,16 +74,10 @@ const server = createServer({ noDelay: true }, (socket) => {
     socket.uncork();
     pending = start === pending.length ? '' : pending.slice(start);
   });
-  socket.on('error', () => socket.destroy());
 });
 server.listen(0, '127.0.0.1', () => process.stdout.write(`LISTENING ${server.address().port}\n`));
 process.on('SIGTERM', () => {
   work.flushSync();
   server.close(() => process.exit(0));
   for (const socket of sockets) socket.destroy();
-});
-const sockets = new Set();
-server.on('connection', (socket) => {
-  sockets.add(socket);
-  socket.on('close', () => sockets.delete(socket));
 });
