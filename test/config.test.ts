@@ -18,7 +18,8 @@ const PROTECTION_DEFAULTS = {
     retry_budget_min_per_second: 1,
     retry_backoff_ms: 50,
     retry_backoff_max_ms: 1000,
-    breaker: { consecutive_failures: 5, failure_ratio: 0.5, window_ms: 10000, min_calls: 20, half_open_after_ms: 30000 },
+    breaker: { consecutive_failures: 20, failure_ratio: 0.9, window_ms: 10000, min_calls: 20, half_open_after_ms: 1000, half_open_max_ms: 4000 },
+    throttle: { enabled: true, k: 2, window_ms: 10000, min_calls: 20 },
 };
 
 const ALPHA_SECRET = 'alpha-secret-0123456789';

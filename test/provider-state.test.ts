@@ -17,7 +17,8 @@ const PROTECTION: ProviderProtectionConfig = {
   retry_budget_min_per_second: 1,
   retry_backoff_ms: 50,
   retry_backoff_max_ms: 1000,
-  breaker: { consecutive_failures: 5, failure_ratio: 0.5, window_ms: 10_000, min_calls: 20, half_open_after_ms: 30_000 },
+  breaker: { consecutive_failures: 5, failure_ratio: 0.5, window_ms: 10_000, min_calls: 20, half_open_after_ms: 30_000, half_open_max_ms: 30_000 },
+  throttle: { enabled: true, k: 2, window_ms: 10_000, min_calls: 20 },
 };
 
 let lease = 0;

@@ -109,7 +109,7 @@ test('/status.json reports hit ratios, upstream state and errors, per-key usage 
   );
 
   const byName = Object.fromEntries(status.upstreams.map((u: { name: string }) => [u.name, u]));
-  assert.deepEqual(byName.demo, { name: 'demo', state: 'ok', until: null, breaker: 'closed', calls: 2, errors: 0, rate_limited: 0, refused: 0, credentials: [] });
+  assert.deepEqual(byName.demo, { name: 'demo', state: 'ok', until: null, breaker: 'closed', throttle_reject_probability: 0, calls: 2, errors: 0, rate_limited: 0, refused: 0, credentials: [] });
   assert.equal(byName.down.calls, 1);
   assert.equal(byName.down.errors, 1);
   assert.deepEqual(byName.down.credentials, [{ id: 'default', state: 'active', until: null }]);

@@ -7,7 +7,7 @@ import type { Attempt, UpstreamResult } from '../src/upstream/upstream.js';
 import { ManualClock } from './helpers/clock.js';
 import { captureLogs } from './helpers/log-capture.js';
 
-const CONFIG: BreakerConfig = { consecutive_failures: 5, failure_ratio: 0.5, window_ms: 10_000, min_calls: 20, half_open_after_ms: 30_000 };
+const CONFIG: BreakerConfig = { consecutive_failures: 5, failure_ratio: 0.5, window_ms: 10_000, min_calls: 20, half_open_after_ms: 30_000, half_open_max_ms: 30_000 };
 const OK: UpstreamResult = { kind: 'ok', body: Buffer.from('{}') };
 const FAIL: UpstreamResult = { kind: 'failed', failure: 'connection', reason: 'ECONNREFUSED' };
 const ATTEMPT: Attempt = { request: { endpoint: 'user', params: { user_id: '1' }, path: '/v1/users/1' }, deadline: Infinity };

@@ -3,9 +3,9 @@ import { test } from 'node:test';
 import { Redis } from 'ioredis';
 import { Pool, type Dispatcher } from 'undici';
 import { ManualClock } from './helpers/clock.js';
-import { startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
+import { metric, startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
 import { startRedis } from './helpers/redis-server.js';
-import { json, refusedPort, sampleProvider, startUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
+import { failingEvery, json, refusedPort, sampleProvider, startUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
 
 /** A real undici pool that counts the requests dispatched through it: calls to a refused port. */
 class CountingPool extends Pool {
@@ -15,19 +15,6 @@ class CountingPool extends Pool {
     this.calls++;
     return super.dispatch(options, handler);
   }
-}
-
-/** One series of a Prometheus scrape, undefined when absent. */
-async function metric(perch: RunningPerch, series: string): Promise<number | undefined> {
-  const text = await (await fetch(`${perch.url}/metrics`)).text();
-  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
-  return line === undefined ? undefined : Number(line.slice(series.length + 1));
-}
-
-/** Every `every`-th call gets `failure`, the others the sample provider's answer. */
-function failingEvery(every: number, failure: UpstreamBehaviour): UpstreamBehaviour {
-  let calls = 0;
-  return (req, res) => (++calls % every === 0 ? failure(req, res) : sampleProvider(req, res));
 }
 
 const reset: UpstreamBehaviour = (req) => req.socket.destroy();
@@ -55,33 +42,44 @@ test('a dead first upstream: the second serves; once its breaker opens the dead 
   const yaml = testConfig([v1('dead', deadUrl), v1('good', good.url)].join('\n'), 'routes: { user: [dead, good] }');
   const perch = await startPerch(t, yaml, { clock, dispatchers: { dead } });
 
-  for (let i = 1; i <= 5; i++) assert.equal((await perch.request(`/v1/users/${i}`)).status, 200);
-  assert.equal(dead.calls, 5);
+  // The default breaker: 20 failures in a row open it, for 1 s before the first probe.
+  for (let i = 1; i <= 20; i++) assert.equal((await perch.request(`/v1/users/${i}`)).status, 200);
+  assert.equal(dead.calls, 20);
   assert.deepEqual(
-    breakerLines(perch).map((l) => [l.level, l.upstream, l.consecutive_failures, l.reason]),
-    [[40, 'dead', 5, 'connection']],
+    breakerLines(perch).map((l) => [l.level, l.upstream, l.consecutive_failures, l.reason, l.open_ms]),
+    [[40, 'dead', 20, 'connection', 1000]],
   );
   assert.equal(await metric(perch, 'perch_upstream_breaker_state{upstream="dead",state="open"}'), 1);
 
   const statuses = await load(perch, Array.from({ length: 40 }, (_, i) => `/v1/users/${100 + i}`), 4);
   assert.ok(statuses.every((s) => s === 200));
-  assert.equal(dead.calls, 5, 'no call while open');
-  assert.equal(good.requests.length, 45);
+  assert.equal(dead.calls, 20, 'no call while open');
+  assert.equal(good.requests.length, 60);
   assert.equal(await metric(perch, 'perch_upstream_refused_total{upstream="dead",route="user",reason="breaker_open"}'), 40);
 
-  clock.advance(29_999);
+  clock.advance(999);
   assert.equal((await perch.request('/v1/users/200')).status, 200);
-  assert.equal(dead.calls, 5);
+  assert.equal(dead.calls, 20);
   clock.advance(1);
   assert.equal((await perch.request('/v1/users/201')).status, 200);
-  assert.equal(dead.calls, 6, 'exactly one half-open probe');
+  assert.equal(dead.calls, 21, 'exactly one half-open probe, 1 s after the breaker opened');
   await load(perch, Array.from({ length: 10 }, (_, i) => `/v1/users/${300 + i}`), 4);
-  assert.equal(dead.calls, 6, 'the failed probe reopened it');
+  assert.equal(dead.calls, 21, 'the failed probe reopened it');
   assert.deepEqual(breakerLines(perch).map((l) => l.msg), [
     'upstream breaker open: no calls until its half-open probe',
     'upstream breaker half-open: one probe goes through',
     'upstream breaker open: no calls until its half-open probe',
   ]);
+  // Each failed probe doubles the wait for the next, up to half_open_max_ms (4 s by default).
+  for (const [waitMs, calls] of [[2000, 22], [4000, 23], [4000, 24]] as const) {
+    clock.advance(waitMs - 1);
+    assert.equal((await perch.request(`/v1/users/${400 + calls}`)).status, 200);
+    assert.equal(dead.calls, calls - 1, `no probe before ${waitMs} ms`);
+    clock.advance(1);
+    assert.equal((await perch.request(`/v1/users/${500 + calls}`)).status, 200);
+    assert.equal(dead.calls, calls, `a probe at ${waitMs} ms`);
+  }
+  assert.deepEqual(breakerLines(perch).filter((l) => l.level === 40).map((l) => l.open_ms), [1000, 2000, 4000, 4000, 4000]);
 });
 
 test('an open breaker answers 502 at once, shows in /readyz and closes after a good probe', { timeout: 20_000 }, async (t) => {
@@ -171,16 +169,16 @@ test('with Redis, a breaker opened on instance A makes instance B refuse without
   const a = await startPerch(t, yaml, { clock });
   const b = await startPerch(t, yaml, { clock });
 
-  for (let i = 1; i <= 5; i++) assert.equal((await a.request(`/v1/users/${i}`)).status, 502);
-  assert.equal(upstream.requests.length, 5);
+  for (let i = 1; i <= 20; i++) assert.equal((await a.request(`/v1/users/${i}`)).status, 502);
+  assert.equal(upstream.requests.length, 20);
   await waitFor(async () => (await client.exists('perch:{up:main}:stop:*:*')) === 1);
 
   for (let i = 1; i <= 5; i++) {
     const response = await b.request(`/v1/users/${100 + i}`);
     assert.deepEqual([response.status, response.json().error.code], [502, 'E502']);
   }
-  assert.equal(upstream.requests.length, 5, 'B made no call');
+  assert.equal(upstream.requests.length, 20, 'B made no call');
   assert.equal(await metric(b, 'perch_upstream_refused_total{upstream="main",route="user",reason="breaker_open"}'), 5);
   const ready = (await b.request('/readyz', { key: null })).json();
-  assert.deepEqual([ready.status, ready.checks['upstream:main']], ['degraded', `breaker_open until ${new Date(clock.now() + 30_000).toISOString()}`]);
+  assert.deepEqual([ready.status, ready.checks['upstream:main']], ['degraded', `breaker_open until ${new Date(clock.now() + 1000).toISOString()}`]);
 });

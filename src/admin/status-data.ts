@@ -26,13 +26,15 @@ export interface UpstreamRow {
   /** When that stop ends (ISO-8601), or null. */
   readonly until: string | null;
   readonly breaker: string;
+  /** The share of calls the adaptive throttle sheds now, 0 to 1. */
+  readonly throttle_reject_probability: number;
   /** Exchanges made, failover attempts and retries included. */
   readonly calls: number;
   /** Exchanges that failed or timed out. */
   readonly errors: number;
   /** Exchanges the provider refused with a rate limit or usage cap: each starts a cool-down. */
   readonly rate_limited: number;
-  /** Calls perch did not make to protect the provider (cool-down, cap, open breaker). */
+  /** Calls perch did not make to protect the provider (cool-down, cap, open breaker, throttle). */
   readonly refused: number;
   readonly credentials: readonly { readonly id: string; readonly state: string; readonly until: string | null }[];
 }
@@ -101,6 +103,7 @@ export async function collectStatus(sources: StatusSources): Promise<StatusSnaps
         state: status.state,
         until: iso(status.untilMs),
         breaker: status.breaker,
+        throttle_reject_probability: status.throttle,
         calls: sum(calls),
         errors: sum(calls.filter((s) => !NOT_ERRORS.has(String(s.labels.outcome)))),
         rate_limited: sum(calls.filter((s) => s.labels.outcome === 'rate_limited')),

@@ -47,7 +47,8 @@ function render(s) {
     (s.config.reload_successful ? '' : ' (last reload refused: serving the configuration of ' + s.config.loaded_at + ')');
   fill('endpoints', s.endpoints, [(e) => n(e.endpoint), (e) => n(e.requests), (e) => n(e.hits), (e) => n(e.stale),
     (e) => n(e.coalesced), (e) => n(e.misses), (e) => pct(e.hit_ratio)]);
-  fill('upstreams', s.upstreams, [(u) => n(u.name), (u) => state(u.state, u.until), (u) => state(u.breaker), (u) => n(u.calls),
+  fill('upstreams', s.upstreams, [(u) => n(u.name), (u) => state(u.state, u.until), (u) => state(u.breaker),
+    (u) => [(u.throttle_reject_probability * 100).toFixed(1) + '%', u.throttle_reject_probability > 0 ? 'warn num' : 'num'], (u) => n(u.calls),
     (u) => [String(u.errors), u.errors > 0 ? 'warn num' : 'num'], (u) => n(u.rate_limited), (u) => n(u.refused),
     (u) => [u.credentials.map((c) => c.id + ': ' + c.state + (c.until ? ' until ' + c.until : '')).join(', ') || '-']]);
   fill('keys', s.keys, [(k) => n(k.id), (k) => n(k.requests), (k) => n(k.hits), (k) => n(k.errors), (k) => n(k.rate_limited)]);
@@ -134,7 +135,7 @@ export const STATUS_PAGE = Buffer.from(`<!doctype html>
 <table><thead><tr><th>endpoint</th><th>requests</th><th>hits</th><th>stale</th><th>coalesced</th><th>misses</th><th>hit ratio</th></tr></thead><tbody id="endpoints"></tbody></table>
 <p class="note">Hit ratio: (hits + stale) over the requests that reached the cache.</p>
 <h2>Upstreams</h2>
-<table><thead><tr><th>upstream</th><th>state</th><th>breaker</th><th>calls</th><th>errors</th><th>rate limited</th><th>refused</th><th>credentials</th></tr></thead><tbody id="upstreams"></tbody></table>
+<table><thead><tr><th>upstream</th><th>state</th><th>breaker</th><th>throttle sheds</th><th>calls</th><th>errors</th><th>rate limited</th><th>refused</th><th>credentials</th></tr></thead><tbody id="upstreams"></tbody></table>
 <h2>Client keys</h2>
 <table><thead><tr><th>key id</th><th>requests</th><th>hits</th><th>errors</th><th>rate limited</th></tr></thead><tbody id="keys"></tbody></table>
 <h2>Cache tiers</h2>

@@ -126,11 +126,16 @@ const UPSTREAMS: ConfigKey[] = [
   { path: `${U}.retry_budget_min_per_second`, type: 'number', default: 1 },
   { path: `${U}.retry_backoff_ms`, type: 'integer', default: 50 },
   { path: `${U}.retry_backoff_max_ms`, type: 'integer', default: 1000 },
-  { path: `${U}.breaker.consecutive_failures`, type: 'integer', default: 5 },
-  { path: `${U}.breaker.failure_ratio`, type: 'number', default: 0.5 },
+  { path: `${U}.breaker.consecutive_failures`, type: 'integer', default: 20 },
+  { path: `${U}.breaker.failure_ratio`, type: 'number', default: 0.9 },
   { path: `${U}.breaker.window_ms`, type: 'integer', default: 10000 },
   { path: `${U}.breaker.min_calls`, type: 'integer', default: 20 },
-  { path: `${U}.breaker.half_open_after_ms`, type: 'integer', default: 30000 },
+  { path: `${U}.breaker.half_open_after_ms`, type: 'integer', default: 1000 },
+  { path: `${U}.breaker.half_open_max_ms`, type: 'integer', default: 4000 },
+  { path: `${U}.throttle.enabled`, type: 'boolean', default: true },
+  { path: `${U}.throttle.k`, type: 'number', default: 2 },
+  { path: `${U}.throttle.window_ms`, type: 'integer', default: 10000 },
+  { path: `${U}.throttle.min_calls`, type: 'integer', default: 20 },
 ];
 
 const REST: ConfigKey[] = [

@@ -264,6 +264,7 @@ export interface ProviderProtectionConfig {
   /** Longest backoff before a retry. Default `1000`. */
   readonly retry_backoff_max_ms: number;
   readonly breaker: BreakerConfig;
+  readonly throttle: ThrottleConfig;
 }
 
 export interface QuotaConfig {
@@ -273,17 +274,45 @@ export interface QuotaConfig {
   readonly per_seconds: number;
 }
 
+/**
+ * The breaker: for a provider that is down or hanging. Its defaults open it only when (nearly)
+ * every call fails; a provider failing part of its calls is the throttle's.
+ */
 export interface BreakerConfig {
-  /** Consecutive failures that open the breaker. Default `5`. */
+  /** Consecutive failures that open the breaker. Default `20`. */
   readonly consecutive_failures: number;
-  /** Failure ratio over the last `window_ms` that opens it, 0-1 (1 never). Default `0.5`. */
+  /** Failure ratio over the last `window_ms` that opens it, 0.01-1 (1 never). Default `0.9`. */
   readonly failure_ratio: number;
   /** The window of `failure_ratio`. Default `10000`. */
   readonly window_ms: number;
   /** Calls the window needs before the ratio counts. Default `20`. */
   readonly min_calls: number;
-  /** How long it stays open before one probe goes through. Default `30000`. */
+  /** How long it stays open before the first probe goes through. Default `1000`. */
   readonly half_open_after_ms: number;
+  /**
+   * Each failed probe doubles the wait for the next, up to this. At least `half_open_after_ms`.
+   * Default `4000` (or `half_open_after_ms` when that is larger).
+   */
+  readonly half_open_max_ms: number;
+}
+
+/**
+ * Adaptive throttling (Google SRE book, "Handling Overload"): over the last `window_ms`, a call
+ * is shed with probability `max(0, (requests - k * accepts) / (requests + 1))`. For a provider
+ * that fails part of its calls: it keeps the calls the provider can serve and sheds the rest.
+ */
+export interface ThrottleConfig {
+  /** Off switch. Default `true`. */
+  readonly enabled: boolean;
+  /**
+   * How many calls per accepted one the provider may see before shedding starts, 1-100: with `2`
+   * a provider answering at least half its calls is never throttled. Default `2`.
+   */
+  readonly k: number;
+  /** The window the counts cover. Default `10000`. */
+  readonly window_ms: number;
+  /** Answered calls the window needs before anything is shed. Default `20`. */
+  readonly min_calls: number;
 }
 
 /** The built-in synthetic data source; needs no network. */

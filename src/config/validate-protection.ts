@@ -1,7 +1,6 @@
 import { keysUnder } from './config-keys.js';
-import type { BreakerConfig, ProviderProtectionConfig, QuotaConfig } from './types.js';
-import { Problems, checkKeys, childPath, field, isMapping, readInteger, readSection } from './schema-helpers.js';
-
+import type { BreakerConfig, ProviderProtectionConfig, QuotaConfig, ThrottleConfig } from './types.js';
+import { Problems, checkKeys, childPath, field, isMapping, readBoolean, readInteger, readSection } from './schema-helpers.js';
 
 /** The provider-protection keys of one upstream section at `path`, with their defaults. */
 export function validateProtection(problems: Problems, raw: Record<string, unknown>, path: string): ProviderProtectionConfig {
@@ -34,6 +33,7 @@ export function validateProtection(problems: Problems, raw: Record<string, unkno
     retry_backoff_ms: backoff,
     retry_backoff_max_ms: backoffMax,
     breaker: validateBreaker(problems, readSection(problems, raw, 'breaker', path), childPath(path, 'breaker')),
+    throttle: validateThrottle(problems, readSection(problems, raw, 'throttle', path), childPath(path, 'throttle')),
   };
 }
 
@@ -55,12 +55,26 @@ function validateBreaker(problems: Problems, raw: Record<string, unknown>, path:
   checkKeys(problems, raw, path, keysUnder('upstreams.<name>.breaker'));
   const int = (key: string, min: number, max: number, fallback: number) =>
     readInteger(problems, raw, key, path, { min, max, fallback, expected: `an integer from ${min} to ${max}` });
+  const halfOpen = int('half_open_after_ms', 1, 3_600_000, 1000);
+  const halfOpenMax = int('half_open_max_ms', 1, 3_600_000, Math.max(halfOpen, 4000));
+  if (halfOpenMax < halfOpen) problems.add(childPath(path, 'half_open_max_ms'), 'must be at least half_open_after_ms');
   return {
-    consecutive_failures: int('consecutive_failures', 1, 10_000, 5),
-    failure_ratio: readNumber(problems, raw, 'failure_ratio', path, { min: 0.01, max: 1 }) ?? 0.5,
+    consecutive_failures: int('consecutive_failures', 1, 10_000, 20),
+    failure_ratio: readNumber(problems, raw, 'failure_ratio', path, { min: 0.01, max: 1 }) ?? 0.9,
     window_ms: int('window_ms', 100, 3_600_000, 10_000),
     min_calls: int('min_calls', 1, 1_000_000, 20),
-    half_open_after_ms: int('half_open_after_ms', 1, 3_600_000, 30_000),
+    half_open_after_ms: halfOpen,
+    half_open_max_ms: halfOpenMax,
+  };
+}
+
+function validateThrottle(problems: Problems, raw: Record<string, unknown>, path: string): ThrottleConfig {
+  checkKeys(problems, raw, path, keysUnder('upstreams.<name>.throttle'));
+  return {
+    enabled: field(raw, 'enabled') === undefined ? true : (readBoolean(problems, raw, 'enabled', path) ?? true),
+    k: readNumber(problems, raw, 'k', path, { min: 1, max: 100 }) ?? 2,
+    window_ms: readInteger(problems, raw, 'window_ms', path, { min: 100, max: 3_600_000, fallback: 10_000, expected: 'an integer from 100 to 3600000' }),
+    min_calls: readInteger(problems, raw, 'min_calls', path, { min: 1, max: 1_000_000, fallback: 20, expected: 'an integer from 1 to 1000000' }),
   };
 }
 

@@ -205,6 +205,23 @@ export class PerchMetrics implements UpstreamEvents {
   }
 
   /**
+   * Exports each upstream's adaptive-throttle reject probability, read at scrape time from
+   * `read` (upstream name -> probability) so it is the throttle's own figure, never a copy.
+   */
+  addThrottleGauge(read: () => Readonly<Record<string, number>>): void {
+    new Gauge({
+      name: 'perch_upstream_throttle_reject_probability',
+      help: "Share of calls each upstream's adaptive throttle sheds now, 0 to 1 (0 while the provider answers at least 1/k of its calls).",
+      labelNames: ['upstream'],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const [upstream, probability] of Object.entries(read())) this.set({ upstream }, probability);
+      },
+    });
+  }
+
+  /**
    * Registers a gauge read at scrape time, for state that lives elsewhere (e.g. whether Redis is
    * connected), so the metric is always the state itself and never a copy that can go stale.
    */

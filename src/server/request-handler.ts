@@ -20,7 +20,7 @@ import type { PerchMetrics } from '../observability/metrics.js';
 import { pushRateLimitHeaders } from '../ratelimit/headers.js';
 import type { RateLimits } from '../ratelimit/rate-limits.js';
 import type { Verdict } from '../ratelimit/token-bucket.js';
-import { secondsUntil } from '../upstream/upstream.js';
+import { isWaitRefusal, secondsUntil } from '../upstream/upstream.js';
 import type { UpstreamSet } from '../upstream/upstream-set.js';
 import { requestIdFrom } from './request-id.js';
 import { pushCachePolicy, send, sendError } from './respond.js';
@@ -255,9 +255,9 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
         return { ...errorFetched('E429'), retryAfterSeconds: secondsUntil(result.untilMs, clock.now()), ...via };
       case 'refused':
         // perch made no call: a "wait" the client can act on is a 429, anything else an upstream error.
-        return result.reason === 'breaker_open' || result.reason === 'no_credential'
-          ? { ...errorFetched('E502'), ...via }
-          : { ...errorFetched('E429'), retryAfterSeconds: result.retryAfterSeconds, ...via };
+        return isWaitRefusal(result.reason)
+          ? { ...errorFetched('E429'), retryAfterSeconds: result.retryAfterSeconds, ...via }
+          : { ...errorFetched('E502'), ...via };
       case 'failed':
         // Pass-through: the provider rejected the client's own key.
         if (client !== undefined && result.failure === 'unauthorized') return { ...errorFetched('E401'), ...via };

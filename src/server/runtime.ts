@@ -40,6 +40,8 @@ export interface RuntimeOptions {
   /** Provider stops and call caps: kept across reloads, so a reload never forgets a 429. */
   readonly providerState: ProviderState;
   readonly dispatchers?: Readonly<Record<string, Dispatcher>>;
+  /** The throttles' shedding draw, [0, 1); default Math.random. */
+  readonly random?: () => number;
 }
 
 /**
@@ -112,7 +114,7 @@ export class Runtime {
   }
 
   #build(config: Config): RuntimeSnapshot {
-    const { clock, timers, logger, dispatchers, metrics, providerState } = this.#options;
+    const { clock, timers, logger, dispatchers, metrics, providerState, random } = this.#options;
     return {
       config,
       keys: new KeyStore(config.auth.keys),
@@ -120,7 +122,7 @@ export class Runtime {
       // A store of their own, so neither kind of key opens the other's door. KeyStore carries a
       // plan for client keys; admin keys have none, and nothing reads it.
       ...(config.admin === undefined ? {} : { adminKeys: new KeyStore(config.admin.keys.map((key) => ({ ...key, plan: '' }))) }),
-      upstreams: new UpstreamSet(config, { clock, timers, logger, state: providerState, dispatchers, metrics }),
+      upstreams: new UpstreamSet(config, { clock, timers, logger, state: providerState, dispatchers, metrics, random }),
     };
   }
 }

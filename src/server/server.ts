@@ -26,6 +26,8 @@ export interface PerchOptions {
   readonly timers?: Timers;
   /** Per-upstream undici dispatcher overrides, by upstream name. */
   readonly dispatchers?: Readonly<Record<string, Dispatcher>>;
+  /** The upstream throttles' shedding draw, [0, 1); default Math.random. Tests fix it. */
+  readonly random?: () => number;
 }
 
 export interface Perch {
@@ -64,7 +66,7 @@ export function createPerch(options: PerchOptions): Perch {
   const tiers = createCache(config, { clock, logger });
   const rateLimits = new RateLimits(config, { clock, logger, cacheRedis: tiers.redis });
   const providerState = createProviderState(config, { clock, logger, redis: rateLimits.redis });
-  const runtime = new Runtime(config, { clock, timers, logger, metrics, providerState, dispatchers: options.dispatchers });
+  const runtime = new Runtime(config, { clock, timers, logger, metrics, providerState, dispatchers: options.dispatchers, random: options.random });
   const handler = createRequestHandler({
     get config() {
       return runtime.current.config;
@@ -87,6 +89,7 @@ export function createPerch(options: PerchOptions): Perch {
   });
   metrics.addCacheTier(tiers.cache.memory);
   metrics.addEvictionCount(() => tiers.cache.memory.evictions);
+  metrics.addThrottleGauge(() => Object.fromEntries(Object.entries(runtime.current.upstreams.status()).map(([name, status]) => [name, status.throttle])));
   // Prometheus's own names for the same facts (prometheus_config_last_reload_*), so alerts carry over.
   metrics.addStateGauge('perch_config_last_reload_successful', 'Whether the latest configuration load (start-up or SIGHUP) succeeded (1) or was refused (0).', () =>
     runtime.reloadStatus.successful ? 1 : 0,

@@ -4,6 +4,7 @@ import type { EndpointName } from '../endpoints.js';
 import type { Logger } from '../observability/logger.js';
 import type { BreakerState, UpstreamEvents } from './events.js';
 import { SlidingCounts } from './sliding-counts.js';
+import { verdictOf } from './verdict.js';
 import { secondsUntil, type Layer, type UpstreamResult } from './upstream.js';
 
 export interface BreakerOptions {
@@ -21,36 +22,16 @@ export interface Breaker {
   state(): BreakerState;
 }
 
-/** How a result weighs on the breaker: the provider failed, it answered, or it says nothing. */
-type Verdict = 'failure' | 'success' | 'neutral';
-
 /**
- * Whether the provider itself is unwell. A 401/403 is a credential the pool takes out, a 429 a
- * stop the pool honours, a refusal a call never made: none says the upstream is down.
- */
-function verdictOf(result: UpstreamResult): Verdict {
-  switch (result.kind) {
-    case 'ok':
-    case 'not_found':
-    case 'bad_request':
-      return 'success';
-    case 'timeout':
-      return 'failure';
-    case 'failed':
-      return result.failure === 'unauthorized' ? 'neutral' : 'failure';
-    case 'rate_limited':
-    case 'refused':
-      return 'neutral';
-  }
-}
-
-/**
- * The outermost layer of an upstream: it opens after `consecutive_failures` failed requests in
- * a row, or when failures reach `failure_ratio` of at least `min_calls` requests over the last
- * `window_ms`. While open no call is made at all (the request fails over, or is answered from
- * stale, or 502 at once); after `half_open_after_ms` exactly one probe goes through, whose
- * answer closes or reopens it. It sits outside the retry layer, so it weighs what the client
- * got, not each attempt.
+ * The outermost layer of an upstream, for a provider that is down or hanging: it opens after
+ * `consecutive_failures` failed requests in a row, or when failures reach `failure_ratio` of at
+ * least `min_calls` requests over the last `window_ms`. While open no call is made at all (the
+ * request fails over, or is answered from stale, or 502 at once); after `half_open_after_ms`
+ * exactly one probe goes through, whose answer closes or reopens it, each failed probe doubling
+ * the wait up to `half_open_max_ms`: a blip costs a second, a long outage a probe every few
+ * seconds. A provider that fails only some calls is the throttle's (throttle.ts): the defaults
+ * open only on failure near every call. It sits outside the retry layer, so it weighs what the
+ * client got, not each attempt.
  *
  * Own code rather than cockatiel's breakers: those read `Date.now()` inside (no clock to inject,
  * so no exact tests on a ManualClock), signal an open circuit by throwing rather than with a
@@ -62,6 +43,8 @@ export function createBreaker(options: BreakerOptions): Breaker {
   let state: BreakerState = 'closed';
   let consecutive = 0;
   let openedAt = 0;
+  // How long the current opening lasts: doubled by each failed probe, back to the first on close.
+  let openMs = config.half_open_after_ms;
   let probing = false;
   // Bumped on every change of state: a result from a call started before it is history.
   let generation = 0;
@@ -72,8 +55,8 @@ export function createBreaker(options: BreakerOptions): Breaker {
     events.breakerState(upstream, next);
     const context = { upstream, ...fields };
     if (next === 'open') {
-      const untilMs = openedAt + config.half_open_after_ms;
-      logger.warn({ ...context, half_open_at: new Date(untilMs).toISOString() }, 'upstream breaker open: no calls until its half-open probe');
+      const untilMs = openedAt + openMs;
+      logger.warn({ ...context, open_ms: openMs, half_open_at: new Date(untilMs).toISOString() }, 'upstream breaker open: no calls until its half-open probe');
       share?.opened(untilMs);
     } else if (next === 'half_open') {
       logger.info(context, 'upstream breaker half-open: one probe goes through');
@@ -83,7 +66,8 @@ export function createBreaker(options: BreakerOptions): Breaker {
     }
   }
 
-  function open(fields: Record<string, unknown>): void {
+  function open(fields: Record<string, unknown>, afterProbe = false): void {
+    openMs = afterProbe ? Math.min(config.half_open_max_ms, openMs * 2) : config.half_open_after_ms;
     openedAt = clock.now();
     become('open', fields);
   }
@@ -99,7 +83,7 @@ export function createBreaker(options: BreakerOptions): Breaker {
         window.clear();
         become('closed', { probe: 'succeeded' });
       } else {
-        open({ probe: 'failed', reason: reasonOf(result) });
+        open({ probe: 'failed', reason: reasonOf(result) }, true);
       }
       return;
     }
@@ -121,19 +105,20 @@ export function createBreaker(options: BreakerOptions): Breaker {
 
   /** The state now: an open breaker whose time is up is half-open, even before the next call. */
   function current(): BreakerState {
-    if (state === 'open' && clock.now() >= openedAt + config.half_open_after_ms) become('half_open');
+    if (state === 'open' && clock.now() >= openedAt + openMs) become('half_open');
     return state;
   }
 
   const layer: Layer = (next) => async (attempt) => {
-    if (current() === 'open') return refuse(attempt.request.endpoint, secondsUntil(openedAt + config.half_open_after_ms, clock.now()));
+    if (current() === 'open') return refuse(attempt.request.endpoint, secondsUntil(openedAt + openMs, clock.now()));
     const probe = state === 'half_open';
     if (probe) {
       if (probing) return refuse(attempt.request.endpoint, 1);
       probing = true;
     }
     const started = generation;
-    const result = await next(attempt);
+    // A probe is the breaker's own question to the provider: the throttle below lets it through.
+    const result = await next(probe ? { ...attempt, probe: true } : attempt);
     observe(result, started, probe);
     return result;
   };

@@ -11,6 +11,7 @@ import { createGuard } from './guard.js';
 import { ANY, type ProviderState, type StopState } from './guard/provider-state.js';
 import { forwardClientKey } from './client-key.js';
 import { createRetry } from './retry.js';
+import { createThrottle } from './throttle.js';
 import { compose, type Call } from './upstream.js';
 import { createV1Upstream } from './v1-upstream.js';
 import { createXV2Upstream } from './x-v2-upstream.js';
@@ -21,6 +22,8 @@ export interface UpstreamStatus {
   /** When a stop ends (epoch ms), for `state` other than ok and no_credential. */
   readonly untilMs?: number;
   readonly breaker: BreakerState;
+  /** The share of calls the adaptive throttle sheds now (0 when it is off). */
+  readonly throttle: number;
   readonly credentials: Record<string, { state: CredentialState; untilMs?: number }>;
 }
 
@@ -38,20 +41,23 @@ export interface ChainOptions {
   readonly state: ProviderState;
   readonly dispatcher?: Dispatcher;
   readonly metrics?: UpstreamEvents;
+  /** The throttle's shedding draw, [0, 1); default Math.random. */
+  readonly random?: () => number;
 }
 
 /**
  * The layers of an upstream, outermost first: client key (pass-through auth only) -> breaker ->
- * retry -> credential pool -> guard ->
- * the provider's dialect (`v1` or `x_v2`: the layers are the same). The guard sits closest to the wire because every real call, retries
- * and credential switches included, must pass the cap and the provider's stops; the breaker sits
- * outermost so that an upstream known to be down costs nothing at all. The fixture needs none of
- * it: it is code in this process, with no account to protect.
+ * throttle -> retry -> credential pool -> guard -> the provider's dialect (`v1` or `x_v2`: the
+ * layers are the same). The guard sits closest to the wire because every real call, retries and
+ * credential switches included, must pass the cap and the provider's stops; the breaker sits
+ * outermost so that an upstream known to be down costs nothing at all, and the throttle under it
+ * so that its probe is never shed, and above the retries so that a shed request is not retried.
+ * The fixture needs none of it: it is code in this process, with no account to protect.
  */
 export function buildUpstream(name: string, config: UpstreamConfig, options: ChainOptions): BuiltUpstream {
   if (config.kind === 'fixture') {
     const fixture = createFixtureUpstream(name);
-    return { call: fixture.call, status: () => ({ state: 'ok', breaker: 'closed', credentials: {} }), close: fixture.close };
+    return { call: fixture.call, status: () => ({ state: 'ok', breaker: 'closed', throttle: 0, credentials: {} }), close: fixture.close };
   }
   const { clock, timers, logger, state } = options;
   const events = options.metrics ?? NO_EVENTS;
@@ -62,6 +68,7 @@ export function buildUpstream(name: string, config: UpstreamConfig, options: Cha
   function settle(done: void | Promise<void>): void {
     if (done instanceof Promise) done.catch((error: unknown) => logger.warn({ upstream: name, err: error }, 'could not share the breaker state'));
   }
+  const throttle = createThrottle({ upstream: name, config: config.throttle, clock, events, share: state, random: options.random });
   const breaker = createBreaker({
     upstream: name,
     config: config.breaker,
@@ -70,7 +77,11 @@ export function buildUpstream(name: string, config: UpstreamConfig, options: Cha
     events,
     share: {
       opened: (untilMs) => settle(state.stop({ upstream: name, credential: ANY, scope: ANY, untilMs, state: 'breaker_open' })),
-      closed: () => settle(state.lift(name, ANY, ANY, 'breaker_open')),
+      closed: () => {
+        // The outage's failures say nothing of the provider that just answered the probe.
+        throttle.reset();
+        settle(state.lift(name, ANY, ANY, 'breaker_open'));
+      },
     },
   });
   const pool = createCredentialPool({ upstream: name, config, state, clock, logger, events });
@@ -78,23 +89,24 @@ export function buildUpstream(name: string, config: UpstreamConfig, options: Cha
   for (const credential of config.credentials) events.credentialState(name, credential.id, 'active');
   events.breakerState(name, 'closed');
   const guard = createGuard({ upstream: name, config, state, clock, timers, events });
-  const call = compose([forwardClientKey(config.kind), breaker.layer, createRetry({ upstream: name, config, clock, timers, events }), pool.layer, guard.layer], provider.call);
+  const call = compose([forwardClientKey(config.kind), breaker.layer, throttle.layer, createRetry({ upstream: name, config, clock, timers, events }), pool.layer, guard.layer], provider.call);
 
   function status(): UpstreamStatus {
     const credentials = pool.standing();
     const breakerState = breaker.state();
+    const shed = throttle.rejectProbability();
     const standings = Object.values(credentials);
-    if (standings.every((s) => s.state === 'revoked')) return { state: 'no_credential', breaker: breakerState, credentials };
-    if (breakerState === 'open') return { state: 'breaker_open', breaker: breakerState, credentials };
+    if (standings.every((s) => s.state === 'revoked')) return { state: 'no_credential', breaker: breakerState, throttle: shed, credentials };
+    if (breakerState === 'open') return { state: 'breaker_open', breaker: breakerState, throttle: shed, credentials };
     const stop = guard.stoppedAt(ANY);
-    if (stop !== undefined) return { state: stop.state, untilMs: stop.untilMs, breaker: breakerState, credentials };
+    if (stop !== undefined) return { state: stop.state, untilMs: stop.untilMs, breaker: breakerState, throttle: shed, credentials };
     const usable = standings.filter((s) => s.state === 'active');
     if (usable.length === 0) {
       const ends = standings.filter((s) => s.untilMs !== undefined).map((s) => s.untilMs!);
       const capped = standings.every((s) => s.state === 'usage_capped' || s.state === 'revoked');
-      return { state: capped ? 'usage_capped' : 'cooling_down', untilMs: Math.min(...ends), breaker: breakerState, credentials };
+      return { state: capped ? 'usage_capped' : 'cooling_down', untilMs: Math.min(...ends), breaker: breakerState, throttle: shed, credentials };
     }
-    return { state: 'ok', breaker: breakerState, credentials };
+    return { state: 'ok', breaker: breakerState, throttle: shed, credentials };
   }
 
   return { call, status, close: provider.close };

@@ -8,7 +8,7 @@ import type { Timers } from '../timers.js';
 import { buildUpstream, type BuiltUpstream, type UpstreamStatus } from './chain.js';
 import type { UpstreamEvents } from './events.js';
 import type { ProviderState } from './guard/provider-state.js';
-import type { Attempt, UpstreamResult } from './upstream.js';
+import { isWaitRefusal, type Attempt, type UpstreamResult } from './upstream.js';
 
 /** The answer that decided a request, with who gave it and how long the exchange took. */
 export interface RoutedResult {
@@ -27,6 +27,8 @@ export interface UpstreamSetOptions {
   readonly dispatchers?: Readonly<Record<string, Dispatcher>>;
   /** Told about every exchange, failover attempts included. */
   readonly metrics?: Pick<PerchMetrics, 'upstream'> & UpstreamEvents;
+  /** The throttles' shedding draw, [0, 1); default Math.random. */
+  readonly random?: () => number;
 }
 
 /**
@@ -138,8 +140,5 @@ function better(previous: RoutedResult | undefined, next: RoutedResult): RoutedR
 
 function waitSeconds(result: UpstreamResult): number | undefined {
   if (result.kind === 'rate_limited') return result.retryAfterSeconds;
-  if (result.kind === 'refused' && (result.reason === 'cooling_down' || result.reason === 'usage_capped' || result.reason === 'over_cap')) {
-    return result.retryAfterSeconds;
-  }
-  return undefined;
+  return result.kind === 'refused' && isWaitRefusal(result.reason) ? result.retryAfterSeconds : undefined;
 }

@@ -17,9 +17,19 @@ export interface ProviderLimit {
  * - `usage_capped`: the provider's long quota (e.g. the monthly cap) is spent for every credential;
  * - `over_cap`: perch's own cap on calls to this upstream is reached and the queue wait ran out;
  * - `breaker_open`: the upstream keeps failing, so it is not called until its half-open probe;
+ * - `throttled`: the upstream fails part of its calls, and the adaptive throttle sheds the share
+ *   it would likely fail too (throttle.ts);
  * - `no_credential`: every credential was rejected (401/403) and left the rotation.
  */
-export type RefusalReason = 'cooling_down' | 'usage_capped' | 'over_cap' | 'breaker_open' | 'no_credential';
+export type RefusalReason = 'cooling_down' | 'usage_capped' | 'over_cap' | 'breaker_open' | 'throttled' | 'no_credential';
+
+/**
+ * The refusals that are a "wait": the client may come back after `retryAfterSeconds` (429 with
+ * Retry-After). The others say the upstream cannot serve now (502), with no time to give.
+ */
+export function isWaitRefusal(reason: RefusalReason): boolean {
+  return reason === 'cooling_down' || reason === 'usage_capped' || reason === 'over_cap';
+}
 
 /** What made a 429-like answer: a plain 429, a 503 with Retry-After, or the spent usage cap. */
 export type RateLimitCause = 'status_429' | 'status_503' | 'usage_capped';
@@ -79,6 +89,8 @@ export interface Attempt {
   readonly credential?: Credential;
   /** Credentials this attempt must not use (the pool sets it when switching credentials). */
   readonly avoid?: readonly string[];
+  /** The breaker's half-open probe: the throttle never sheds it, or a healed provider would go unnoticed. */
+  readonly probe?: boolean;
 }
 
 /** A provider credential: the headers sent with a call, named by an id safe to log. */

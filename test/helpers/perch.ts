@@ -69,6 +69,13 @@ export function v1(name: string, url: string, extra = ''): string {
   return `${name}: { kind: v1, url: "${url}"${timeout}${extra === '' ? '' : `, ${extra}`} }`;
 }
 
+/** One series of a Prometheus scrape of `perch`, undefined when absent. */
+export async function metric(perch: Pick<RunningPerch, 'url'>, series: string): Promise<number | undefined> {
+  const text = await (await fetch(`${perch.url}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+  return line === undefined ? undefined : Number(line.slice(series.length + 1));
+}
+
 /** Polls `condition` every 5 ms until it holds, failing after `timeoutMs`. */
 export async function waitFor(condition: () => boolean | Promise<boolean>, timeoutMs = 5000): Promise<void> {
   await pollFor(async () => ((await condition()) ? true : undefined), timeoutMs);
@@ -92,11 +99,11 @@ export async function pollFor<T>(probe: () => T | undefined | Promise<T | undefi
 export async function startPerch(
   t: TestContext,
   yaml: string,
-  options: { clock?: Clock; timers?: Timers; env?: NodeJS.ProcessEnv; dispatchers?: Record<string, Dispatcher> } = {},
+  options: { clock?: Clock; timers?: Timers; env?: NodeJS.ProcessEnv; dispatchers?: Record<string, Dispatcher>; random?: () => number } = {},
 ): Promise<RunningPerch> {
   const config = parseConfig(yaml, options.env ?? {});
   const logs = captureLogs();
-  const perch = createPerch({ config, logger: logs.logger, clock: options.clock, timers: options.timers, dispatchers: options.dispatchers });
+  const perch = createPerch({ config, logger: logs.logger, clock: options.clock, timers: options.timers, dispatchers: options.dispatchers, random: options.random });
   const address = await perch.listen();
   onCleanup(t, () => perch.close());
   const url = `http://127.0.0.1:${address.port}`;

@@ -47,6 +47,12 @@ export function json(status: number, body: unknown, headers: Record<string, stri
   };
 }
 
+/** Every `every`-th call gets `failure`, the others the sample provider's answer (the first call succeeds). */
+export function failingEvery(every: number, failure: UpstreamBehaviour): UpstreamBehaviour {
+  let calls = 0;
+  return (req, res) => (++calls % every === 0 ? failure(req, res) : sampleProvider(req, res));
+}
+
 /** A port that had a listener a moment ago and now refuses connections. */
 export async function refusedPort(): Promise<number> {
   const server = createServer();

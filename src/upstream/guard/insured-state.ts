@@ -1,7 +1,7 @@
 import type { Logger } from '../../observability/logger.js';
 import type { Breaker } from '../../redis/breaker.js';
 import type { MemoryProviderState } from './memory-state.js';
-import type { Admission, AdmitQuery, ProviderState, Stop, StopState } from './provider-state.js';
+import type { Admission, AdmitQuery, OutcomeReport, OutcomeTotals, ProviderState, Stop, StopState } from './provider-state.js';
 import type { RedisProviderState } from './redis-state.js';
 
 /**
@@ -55,6 +55,21 @@ export class InsuredProviderState implements ProviderState {
       }
       return this.#memory.admit({ ...query, cap: query.localCap });
     }
+  }
+
+  /** The throttle goes on with this instance's own counts while Redis is away. */
+  exchange(report: OutcomeReport): Promise<OutcomeTotals | undefined> | undefined {
+    if (!this.#breaker.allow()) return undefined;
+    return this.#redis.exchange(report).then(
+      (totals) => {
+        this.#breaker.success();
+        return totals;
+      },
+      () => {
+        this.#breaker.failure();
+        return undefined;
+      },
+    );
   }
 
   finish(upstream: string, leaseId: string): void {

@@ -64,6 +64,11 @@ export class MemoryProviderState implements ProviderState {
     return earliest === undefined ? { candidates } : { candidates, earliest };
   }
 
+  /** One process is no fleet: the throttle's own counts are the whole window. */
+  exchange(): undefined {
+    return undefined;
+  }
+
   finish(upstream: string, leaseId: string): void {
     const ledger = this.#ledgers.get(upstream);
     if (ledger === undefined) return;

@@ -52,12 +52,44 @@ export type Admission =
   | { readonly kind: 'stopped'; readonly untilMs: number; readonly state: StopState }
   | { readonly kind: 'over_cap'; readonly waitMs: number };
 
+/** The fleet's counts of answered calls over an adaptive throttle's window (throttle.ts). */
+export interface OutcomeTotals {
+  readonly accepts: number;
+  readonly failures: number;
+  /** The slice of the fleet's latest reset of the window (-1: none known). */
+  readonly epoch: number;
+}
+
+/** One instance's report to the fleet's throttle window of an upstream. */
+export interface OutcomeReport {
+  readonly upstream: string;
+  /** The current slice, `floor(now / sliceMs)` on the caller's clock, and how many make the window. */
+  readonly slice: number;
+  readonly slices: number;
+  readonly sliceMs: number;
+  /** The latest reset the caller knows; with `reset`, the caller resets the window at this slice. */
+  readonly epoch: number;
+  readonly reset: boolean;
+  /** What the caller counted since its last report: [slice, accepts, failures]. */
+  readonly deltas: readonly (readonly [number, number, number])[];
+}
+
+/** Where a throttle's window is shared with the fleet. */
+export interface OutcomeShare {
+  /**
+   * Adds a report to the fleet's counts and answers the fleet's totals (this caller's included);
+   * undefined where there is no fleet to share with, or it cannot be reached now.
+   */
+  exchange(report: OutcomeReport): Promise<OutcomeTotals | undefined> | undefined;
+}
+
 /**
  * Where stops and caps live: in this process, or in Redis so that every instance of a fleet
  * honours what the provider told any one of them. `admit` checks stops and takes a place under
- * the cap in one atomic step, so two instances never both spend the last call.
+ * the cap in one atomic step, so two instances never both spend the last call. The adaptive
+ * throttle's window is shared the same way (`exchange`).
  */
-export interface ProviderState {
+export interface ProviderState extends OutcomeShare {
   admit(query: AdmitQuery): Admission | Promise<Admission>;
   /**
    * An admitted call has its answer. A call counts in the rate and quota windows from its

@@ -1,5 +1,14 @@
 import type { RedisClient } from '../../redis/redis-client.js';
-import { stopKeysFor, type Admission, type AdmitQuery, type ProviderState, type Stop, type StopState } from './provider-state.js';
+import {
+  stopKeysFor,
+  type Admission,
+  type AdmitQuery,
+  type OutcomeReport,
+  type OutcomeTotals,
+  type ProviderState,
+  type Stop,
+  type StopState,
+} from './provider-state.js';
 
 /**
  * One admission as one atomic script, so instances never both take the last place: the stops
@@ -125,7 +134,52 @@ if v and string.sub(v, string.find(v, ' ', 1, true) + 1) == ARGV[1] then return 
 return 0
 `;
 
+/**
+ * One instance's report to an adaptive throttle's window (throttle.ts), and the fleet's totals
+ * back, in one step. The window is a hash of `<slice>:a` / `<slice>:f` counts (accepted, failed)
+ * on the callers' clocks; slices that left the window are deleted as they are met. `epoch` is the
+ * slice of the latest reset: a reset deletes every count, and a report made before the caller
+ * knew of a newer reset is dropped, so the failures of an outage cannot come back through it.
+ * KEYS[1] window; ARGV slice, slices, ttl ms, epoch, reset (1/0), then [slice, accepts, failures]...
+ */
+const OUTCOMES_SCRIPT = `
+local slice = tonumber(ARGV[1])
+local oldest = slice - tonumber(ARGV[2])
+local epoch = tonumber(ARGV[4])
+local stored = tonumber(redis.call('HGET', KEYS[1], 'epoch') or '-1')
+if epoch > stored then
+  -- A reset, or a window that expired while idle and so forgot its epoch.
+  if ARGV[5] == '1' then redis.call('DEL', KEYS[1]) end
+  redis.call('HSET', KEYS[1], 'epoch', string.format('%d', epoch))
+  stored = epoch
+end
+if epoch == stored then
+  for i = 6, #ARGV, 3 do
+    if tonumber(ARGV[i]) > oldest then
+      redis.call('HINCRBY', KEYS[1], ARGV[i] .. ':a', ARGV[i + 1])
+      redis.call('HINCRBY', KEYS[1], ARGV[i] .. ':f', ARGV[i + 2])
+    end
+  end
+end
+local all = redis.call('HGETALL', KEYS[1])
+local accepts, failures = 0, 0
+for i = 1, #all, 2 do
+  local sep = string.find(all[i], ':', 1, true)
+  if sep then
+    local s = tonumber(string.sub(all[i], 1, sep - 1))
+    if s <= oldest then
+      redis.call('HDEL', KEYS[1], all[i])
+    elseif s <= slice then
+      if string.sub(all[i], sep + 1) == 'a' then accepts = accepts + tonumber(all[i + 1]) else failures = failures + tonumber(all[i + 1]) end
+    end
+  end
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return {accepts, failures, stored}
+`;
+
 const ADMIT = 'perchAdmitCall';
+const OUTCOMES = 'perchThrottleOutcomes';
 const LIFT = 'perchLiftStop';
 const FINISH = 'perchFinishCall';
 const STOP = 'perchStopCalls';
@@ -135,6 +189,7 @@ interface WithScripts {
   [STOP](key: string, until: string, state: string, ttl: number): Promise<number>;
   [FINISH](recent: string, quota: string, leases: string, lease: string): Promise<number>;
   [LIFT](key: string, state: string): Promise<number>;
+  [OUTCOMES](key: string, ...args: (string | number)[]): Promise<[number, number, number]>;
 }
 
 /**
@@ -156,6 +211,7 @@ export class RedisProviderState implements ProviderState {
     client.defineCommand(STOP, { numberOfKeys: 1, lua: STOP_SCRIPT });
     client.defineCommand(FINISH, { numberOfKeys: 3, lua: FINISH_SCRIPT });
     client.defineCommand(LIFT, { numberOfKeys: 1, lua: LIFT_SCRIPT });
+    client.defineCommand(OUTCOMES, { numberOfKeys: 1, lua: OUTCOMES_SCRIPT });
     this.#scripts = client as unknown as WithScripts;
     this.#prefix = options.prefix;
     this.#clockNow = options.now;
@@ -210,6 +266,22 @@ export class RedisProviderState implements ProviderState {
 
   async lift(upstream: string, credential: string, scope: string, state: StopState): Promise<void> {
     await this.#scripts[LIFT](`${this.#base(upstream)}:stop:${credential}:${scope}`, state);
+  }
+
+  async exchange(report: OutcomeReport): Promise<OutcomeTotals> {
+    const { slice, slices, sliceMs, epoch, reset, deltas } = report;
+    // Two windows: an idle upstream's counts are gone by the time they could mislead.
+    const ttlMs = Math.ceil(2 * slices * sliceMs);
+    const [accepts, failures, stored] = await this.#scripts[OUTCOMES](
+      `${this.#base(report.upstream)}:throttle`,
+      slice,
+      slices,
+      ttlMs,
+      epoch,
+      reset ? 1 : 0,
+      ...deltas.flat(),
+    );
+    return { accepts: Number(accepts), failures: Number(failures), epoch: Number(stored) };
   }
 
   async close(): Promise<void> {}

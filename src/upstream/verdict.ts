@@ -1,0 +1,25 @@
+import type { UpstreamResult } from './upstream.js';
+
+/** How a result weighs on the breaker and the throttle: the provider failed, it answered, or it says nothing. */
+export type Verdict = 'failure' | 'success' | 'neutral';
+
+/**
+ * Whether the provider itself is unwell, one rule for every layer that judges its health. A
+ * 401/403 is a credential the pool takes out, a 429 a stop the guard honours, a refusal a call
+ * never made: none says the upstream is down.
+ */
+export function verdictOf(result: UpstreamResult): Verdict {
+  switch (result.kind) {
+    case 'ok':
+    case 'not_found':
+    case 'bad_request':
+      return 'success';
+    case 'timeout':
+      return 'failure';
+    case 'failed':
+      return result.failure === 'unauthorized' ? 'neutral' : 'failure';
+    case 'rate_limited':
+    case 'refused':
+      return 'neutral';
+  }
+}
