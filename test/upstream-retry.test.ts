@@ -20,8 +20,9 @@ const CONFIG: RetryOptions['config'] = {
 /**
  * A retry layer over a scripted layer below, which answers from `script` in order (then OK),
  * on a ManualClock that also serves as the deadline's clock; `random` is fixed for exact waits.
+ * The layer is 10 s old when the test starts, so its floor is whole (`young` keeps it new).
  */
-function setup(config: Partial<RetryOptions['config']> = {}, random = 0) {
+function setup(config: Partial<RetryOptions['config']> = {}, random = 0, young = false) {
   const clock = new ManualClock();
   const decisions: RetryDecision[] = [];
   const script: UpstreamResult[] = [];
@@ -45,6 +46,7 @@ function setup(config: Partial<RetryOptions['config']> = {}, random = 0) {
     return script.shift() ?? OK;
   });
   const attempt = (deadlineInMs = 60_000): Attempt => ({ request: REQUEST, deadline: clock.now() + deadlineInMs });
+  if (!young) clock.advance(10_000);
   return { clock, decisions, script, calledAt, call, attempt };
 }
 
@@ -123,7 +125,7 @@ test('no retry starts whose backoff would pass the deadline (no_time)', { timeou
   assert.deepEqual(await done, S503);
 });
 
-test('budget: retries stay under max(min_per_second x 10, percent of requests) over 10 s', { timeout: 5000 }, async () => {
+test('budget: retries, this one counted, stay within max(min_per_second x 10, percent of requests) over 10 s', { timeout: 5000 }, async () => {
   const { clock, script, calledAt, call, attempt, decisions } = setup({ retries: 1 });
   // 100 requests whose first attempt fails and whose retry succeeds.
   for (let i = 0; i < 100; i++) {
@@ -131,13 +133,13 @@ test('budget: retries stay under max(min_per_second x 10, percent of requests) o
     await call(attempt());
   }
   const count = (d: RetryDecision) => decisions.filter((x) => x === d).length;
-  // The floor of 10 spends first; then one more each time 20% of the requests passes the count:
-  // the 51st, 56th, ..., 96th request; the 100th is refused as 19 < 20 fails only after it.
+  // The floor of 10 spends first; then one more each time 20% of the requests reaches the count
+  // with it: the 55th, 60th, ..., 100th request, so the window never holds more than 20%.
   assert.equal(count('retried'), 20);
   assert.equal(count('budget_exhausted'), 80);
   assert.equal(calledAt.length, 120);
   const retriedAt = decisions.flatMap((d, i) => (d === 'retried' ? [i + 1] : []));
-  assert.deepEqual(retriedAt.slice(9), [10, 51, 56, 61, 66, 71, 76, 81, 86, 91, 96]);
+  assert.deepEqual(retriedAt.slice(9), [10, 55, 60, 65, 70, 75, 80, 85, 90, 95, 100]);
 
   // Ten seconds on, the window has forgotten them all: retries flow again.
   clock.advance(10_000);
@@ -153,6 +155,19 @@ test('the floor alone: with 0% the budget is min_per_second x 10 retries per win
     await call(attempt());
   }
   assert.deepEqual(decisions, ['retried', 'retried', 'retried', 'retried', 'retried', 'budget_exhausted', 'budget_exhausted', 'budget_exhausted']);
+});
+
+test('the floor is a rate: a layer built 2.5 s ago allows min_per_second x 2.5 retries beyond the percentage', { timeout: 5000 }, async () => {
+  const { clock, script, call, attempt, decisions } = setup({ retries: 1, retry_budget_percent: 0, retry_budget_min_per_second: 1 }, 0, true);
+  script.push(S503);
+  await call(attempt());
+  assert.deepEqual(decisions, ['budget_exhausted'], 'none at start-up');
+  clock.advance(2500);
+  for (let i = 0; i < 4; i++) {
+    script.push(S503);
+    await call(attempt());
+  }
+  assert.deepEqual(decisions, ['budget_exhausted', 'retried', 'retried', 'budget_exhausted', 'budget_exhausted']);
 });
 
 test('a retry the guard refuses leaves the provider failure before it as the answer', { timeout: 5000 }, async () => {

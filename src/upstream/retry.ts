@@ -40,9 +40,11 @@ function isRetryable(result: UpstreamResult): boolean {
  * Retries a retryable failure on the same upstream, at most `retries` times per request, with
  * full-jitter exponential backoff (a random wait up to `retry_backoff_ms * 2^n`, capped at
  * `retry_backoff_max_ms`), never past the request's deadline, and only while the retries of the
- * last 10 seconds stay under `max(retry_budget_min_per_second * 10, retry_budget_percent% of
- * the requests)`: a provider failing every call sees at most that share more calls, never a
- * storm. Retries go down through the pool and the guard, so they spend the call cap and honour
+ * last 10 seconds, this one counted, stay within `max(floor, retry_budget_percent% of the
+ * requests)`: a provider failing every call sees at most that share more calls, never a storm.
+ * The floor is `retry_budget_min_per_second` for each second since the upstream was built (start
+ * or reload), up to the window's 10: a rate, not a burst, so an instance that just started does
+ * not retry past the percentage before it has a window's history. Retries go down through the pool and the guard, so they spend the call cap and honour
  * every stop like any call. Own code rather than undici's retry interceptor, which sits under
  * the dispatcher (below the guard, so its retries would bypass the cap), knows no budget and
  * sees HTTP statuses, not perch's results.
@@ -54,13 +56,20 @@ export function createRetry(options: RetryOptions): Layer {
   const monotonic = options.monotonic ?? (() => performance.now());
   // First kind: requests (first attempts); second kind: retries.
   const window = new SlidingCounts(BUDGET_WINDOW_MS);
-  const floor = config.retry_budget_min_per_second * (BUDGET_WINDOW_MS / 1000);
+  const builtAt = clock.now();
+
+  function floor(now: number): number {
+    return (config.retry_budget_min_per_second * Math.min(BUDGET_WINDOW_MS, now - builtAt)) / 1000;
+  }
 
   function decide(retried: number, backoffMs: number, attempt: Attempt): RetryDecision {
     if (retried >= config.retries) return 'exhausted';
     if (monotonic() + backoffMs >= attempt.deadline) return 'no_time';
-    const [requests, retries] = window.totals(clock.now());
-    if (retries >= Math.max(floor, (config.retry_budget_percent / 100) * requests)) return 'budget_exhausted';
+    const now = clock.now();
+    const [requests, retries] = window.totals(now);
+    // Counting this retry, so the window never holds more than the budget: a share of 20% is at
+    // most 1.2 calls per request over any run, not 20% and one.
+    if (retries + 1 > Math.max(floor(now), (config.retry_budget_percent / 100) * requests)) return 'budget_exhausted';
     return 'retried';
   }
 
