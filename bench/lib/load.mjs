@@ -49,3 +49,37 @@ export async function issueAll({ targets, count, pathOf, headers = {}, concurren
     seconds: (performance.now() - t0) / 1000,
   };
 }
+
+/**
+ * Open loop: request i goes out at `i / ratePerSecond` seconds after the start, whether or not
+ * earlier ones have their answer (no coordinated omission), for `seconds`. Returns each
+ * request's send time (ms after the start) and status (0 for a transport error), in order.
+ */
+export async function issueAtRate({ target, ratePerSecond, seconds, pathOf, headers = {} }) {
+  const pool = new Pool(target, { connections: 256, pipelining: 1, headersTimeout: 10_000, bodyTimeout: 10_000 });
+  const count = Math.round(ratePerSecond * seconds);
+  const results = new Array(count);
+  const t0 = performance.now();
+  const pending = [];
+  try {
+    for (let i = 0; i < count; i++) {
+      const due = t0 + (i * 1000) / ratePerSecond;
+      const wait = due - performance.now();
+      if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+      const sentAt = performance.now() - t0;
+      pending.push(
+        pool.request({ path: pathOf(i), method: 'GET', headers }).then(
+          async (res) => {
+            await res.body.dump({ limit: 1 << 20 });
+            results[i] = { sentAt, status: res.statusCode };
+          },
+          () => (results[i] = { sentAt, status: 0 }),
+        ),
+      );
+    }
+    await Promise.all(pending);
+  } finally {
+    await pool.close();
+  }
+  return results;
+}
