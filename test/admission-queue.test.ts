@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { AdmissionQueue } from '../src/upstream/guard/admission-queue.js';
+import { AdmissionQueue, type Payer } from '../src/upstream/guard/admission-queue.js';
 import type { Admission } from '../src/upstream/guard/provider-state.js';
 import { ManualClock } from './helpers/clock.js';
 
@@ -15,12 +15,14 @@ function cap() {
 
 const settle = () => new Promise((resolve) => setImmediate(resolve));
 
-test('waiting calls are admitted in arrival order as the cap frees places', { timeout: 5000 }, async () => {
+const P: Payer = { id: 'a', weight: 1 };
+
+test('one key\'s waiting calls are admitted in arrival order as the cap frees places', { timeout: 5000 }, async () => {
   const clock = new ManualClock();
   const queue = new AdmissionQueue({ size: 10, clock, timers: clock });
   const c = cap();
   const order: number[] = [];
-  const pending = [1, 2, 3].map((n) => queue.admit(c.tryAdmit, 1000).then((r) => (order.push(n), r)));
+  const pending = [1, 2, 3].map((n) => queue.admit(P, c.tryAdmit, 1000).then((r) => (order.push(n), r)));
   await settle();
   assert.equal(queue.length, 3);
   c.add(2);
@@ -44,7 +46,7 @@ test('waiting calls are admitted in arrival order as the cap frees places', { ti
 test('a call waits at most maxWaitMs, then is refused over_cap with the cap wait', { timeout: 5000 }, async () => {
   const clock = new ManualClock();
   const queue = new AdmissionQueue({ size: 10, clock, timers: clock });
-  const pending = queue.admit(cap().tryAdmit, 250);
+  const pending = queue.admit(P, cap().tryAdmit, 250);
   await settle();
   clock.advance(250);
   assert.deepEqual(await pending, { admission: { kind: 'over_cap', waitMs: 100 }, waitedMs: 250 });
@@ -55,11 +57,11 @@ test('a full queue refuses at once; a zero wait never queues', { timeout: 5000 }
   const clock = new ManualClock();
   const queue = new AdmissionQueue({ size: 1, clock, timers: clock });
   const c = cap();
-  const first = queue.admit(c.tryAdmit, 1000);
+  const first = queue.admit(P, c.tryAdmit, 1000);
   await settle();
-  assert.deepEqual(await queue.admit(c.tryAdmit, 1000), { admission: { kind: 'over_cap', waitMs: 100 }, waitedMs: 0 });
+  assert.deepEqual(await queue.admit(P, c.tryAdmit, 1000), { admission: { kind: 'over_cap', waitMs: 100 }, waitedMs: 0 });
   const other = new AdmissionQueue({ size: 10, clock, timers: clock });
-  assert.deepEqual(await other.admit(c.tryAdmit, 0), { admission: { kind: 'over_cap', waitMs: 100 }, waitedMs: 0 });
+  assert.deepEqual(await other.admit(P, c.tryAdmit, 0), { admission: { kind: 'over_cap', waitMs: 100 }, waitedMs: 0 });
   c.add(1);
   queue.wake();
   assert.equal((await first).admission.kind, 'admitted');
@@ -70,9 +72,74 @@ test('a stop found while waiting ends the wait with the stop', { timeout: 5000 }
   const queue = new AdmissionQueue({ size: 10, clock, timers: clock });
   let stopped = false;
   const tryAdmit = (): Admission => (stopped ? { kind: 'stopped', untilMs: 5, state: 'cooling_down' } : { kind: 'over_cap', waitMs: 100 });
-  const pending = queue.admit(tryAdmit, 1000);
+  const pending = queue.admit(P, tryAdmit, 1000);
   await settle();
   stopped = true;
   clock.advance(100);
   assert.deepEqual((await pending).admission, { kind: 'stopped', untilMs: 5, state: 'cooling_down' });
+});
+
+/** Queues `count` calls of `payer` on `queue`, recording the payer's id in `order` as each is admitted. */
+function enqueue(queue: AdmissionQueue, c: ReturnType<typeof cap>, payer: Payer, count: number, order: string[]) {
+  return Array.from({ length: count }, () => queue.admit(payer, c.tryAdmit, 60_000).then((r) => (r.admission.kind === 'admitted' && order.push(payer.id), r)));
+}
+
+/** Frees one place at a time and lets the queue take it, `times` times. */
+async function release(queue: AdmissionQueue, c: ReturnType<typeof cap>, times: number): Promise<void> {
+  for (let i = 0; i < times; i++) {
+    c.add(1);
+    queue.wake();
+    await settle();
+  }
+}
+
+test('a key that asks for less than its share goes ahead of a flooding key\'s backlog: next after one call', { timeout: 5000 }, async () => {
+  const clock = new ManualClock();
+  const queue = new AdmissionQueue({ size: 100, clock, timers: clock });
+  const c = cap();
+  const order: string[] = [];
+  enqueue(queue, c, { id: 'crawler', weight: 1 }, 20, order);
+  await settle();
+  await release(queue, c, 3);
+  assert.deepEqual(order, ['crawler', 'crawler', 'crawler']);
+  // The app's start tag is the virtual time (the last admitted call's, 2): below the crawler's 3..19.
+  enqueue(queue, c, { id: 'app', weight: 1 }, 2, order);
+  await settle();
+  await release(queue, c, 5);
+  assert.deepEqual(order, ['crawler', 'crawler', 'crawler', 'app', 'crawler', 'app', 'crawler', 'crawler']);
+});
+
+test('weights: while both wait, a key of weight 3 gets exactly three calls for one of a key of weight 1', { timeout: 5000 }, async () => {
+  const clock = new ManualClock();
+  const queue = new AdmissionQueue({ size: 100, clock, timers: clock });
+  const c = cap();
+  const order: string[] = [];
+  for (let i = 0; i < 40; i++) {
+    enqueue(queue, c, { id: 'heavy', weight: 3 }, 1, order);
+    enqueue(queue, c, { id: 'light', weight: 1 }, 1, order);
+  }
+  await settle();
+  await release(queue, c, 16);
+  assert.equal(order.filter((id) => id === 'heavy').length, 12);
+  assert.equal(order.filter((id) => id === 'light').length, 4);
+  await release(queue, c, 16);
+  assert.equal(order.filter((id) => id === 'heavy').length, 24);
+});
+
+test('a full queue refuses the call with the highest tag: a flood cannot shut another key out', { timeout: 5000 }, async () => {
+  const clock = new ManualClock();
+  const queue = new AdmissionQueue({ size: 3, clock, timers: clock });
+  const c = cap();
+  const order: string[] = [];
+  const crawler = enqueue(queue, c, { id: 'crawler', weight: 1 }, 3, order);
+  await settle();
+  // The crawler's own next call has the highest tag: refused at once, as before.
+  assert.deepEqual(await queue.admit({ id: 'crawler', weight: 1 }, c.tryAdmit, 1000), { admission: { kind: 'over_cap', waitMs: 100 }, waitedMs: 0 });
+  // The app's call (tag 0) takes the place of the crawler's last (tag 2), which is refused.
+  const app = enqueue(queue, c, { id: 'app', weight: 1 }, 1, order);
+  assert.deepEqual((await crawler[2])!.admission, { kind: 'over_cap', waitMs: 100 });
+  assert.equal(queue.length, 3);
+  await release(queue, c, 3);
+  assert.deepEqual(order, ['crawler', 'app', 'crawler']);
+  assert.equal((await app[0])!.admission.kind, 'admitted');
 });

@@ -91,7 +91,7 @@ describe('parseConfig: defaults and valid files', () => {
         rate_limit_headers: ['ietf'],
       },
       auth: { mode: 'keys', keys: [{ id: 'alpha', plan: 'small', sha256: ALPHA_DIGEST }], verify_ttl_seconds: 300, reject_ttl_seconds: 60, remembered_keys: 100000 },
-      rate_limits: { small: { capacity: 5, refill_per_second: 1, cost_of_hit: 1 } },
+      rate_limits: { small: { capacity: 5, refill_per_second: 1, cost_of_hit: 1, provider_weight: 1 } },
       upstreams: { demo: { kind: 'fixture' } },
       routes: {
         user: ['demo'],
@@ -307,6 +307,8 @@ describe('parseConfig: checks', () => {
     ['infinite refill', (r) => (r.rate_limits.small.refill_per_second = Infinity), 'rate_limits.small.refill_per_second: must be a positive number'],
     ['cost_of_hit 2', (r) => (r.rate_limits.small.cost_of_hit = 2), 'rate_limits.small.cost_of_hit: must be 0 or 1'],
     ['cost_of_hit not a number', (r) => (r.rate_limits.small.cost_of_hit = 'free'), 'rate_limits.small.cost_of_hit: must be 0 or 1'],
+    ['provider_weight 0', (r) => (r.rate_limits.small.provider_weight = 0), 'rate_limits.small.provider_weight: must be a positive number'],
+    ['provider_weight over 1000', (r) => (r.rate_limits.small.provider_weight = 2000), 'rate_limits.small.provider_weight: must be a number from 0.001 to 1000'],
     ['missing upstreams', (r) => delete r.upstreams, 'upstreams: is required (at least one upstream)'],
     ['no upstreams', (r) => (r.upstreams = {}), 'upstreams: must define at least one upstream'],
     ['bad upstream name', (r) => (r.upstreams['a/b'] = { kind: 'fixture' }), 'upstreams["a/b"]: upstream name must match [A-Za-z][A-Za-z0-9_.-]{0,63}'],
@@ -401,6 +403,15 @@ describe('parseConfig: checks', () => {
     ],
     ['unknown breaker key', (r) => (r.upstreams.main.breaker = { threshold: 3 }), 'upstreams.main.breaker.threshold: unknown key'],
     ['breaker ratio 0', (r) => (r.upstreams.main.breaker = { failure_ratio: 0 }), 'upstreams.main.breaker.failure_ratio: must be a number from 0.01 to 1'],
+    [
+      'breaker backoff below its start',
+      (r) => (r.upstreams.main.breaker = { half_open_after_ms: 5000, half_open_max_ms: 2000 }),
+      'upstreams.main.breaker.half_open_max_ms: must be at least half_open_after_ms',
+    ],
+    ['unknown throttle key', (r) => (r.upstreams.main.throttle = { ratio: 2 }), 'upstreams.main.throttle.ratio: unknown key'],
+    ['throttle k under 1', (r) => (r.upstreams.main.throttle = { k: 0.5 }), 'upstreams.main.throttle.k: must be a number from 1 to 100'],
+    ['throttle enabled not a boolean', (r) => (r.upstreams.main.throttle = { enabled: 'yes' }), 'upstreams.main.throttle.enabled: must be true or false'],
+    ['throttle window too short', (r) => (r.upstreams.main.throttle = { window_ms: 50 }), 'upstreams.main.throttle.window_ms: must be an integer from 100 to 3600000'],
     ['miss deadline 0', (r) => (r.server = { miss_deadline_ms: 0 }), 'server.miss_deadline_ms: must be an integer from 1 to 3600000'],
     [
       'unknown endpoint in routes',

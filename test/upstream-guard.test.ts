@@ -99,7 +99,7 @@ test('during a cool-down a miss fails over to the next upstream of its route; th
   assert.match(metrics, /perch_upstream_refused_total\{upstream="limited",route="user",reason="cooling_down"\} 4/);
 });
 
-test('over max_requests_per_second a miss waits in the FIFO, then gets 429 with Retry-After when queue_timeout_ms runs out', { timeout: 10_000 }, async (t) => {
+test('over max_requests_per_second a miss waits in the queue, then gets 429 with Retry-After when queue_timeout_ms runs out', { timeout: 10_000 }, async (t) => {
   const { clock, upstream, perch } = await guardedUpstream(t, sampleProvider, 'max_requests_per_second: 2, queue_timeout_ms: 1500');
   const pending = Array.from({ length: 7 }, (_, i) => perch.request(`/v1/users/${i + 1}`));
   // Five misses queued: five expiry timers and the queue's one wake-up.

@@ -73,6 +73,7 @@ const KEYS: ConfigKey[] = [
   { path: 'rate_limits.<plan>.capacity', type: 'integer', required: true },
   { path: 'rate_limits.<plan>.refill_per_second', type: 'number', required: true },
   { path: 'rate_limits.<plan>.cost_of_hit', type: 'integer', default: 1 },
+  { path: 'rate_limits.<plan>.provider_weight', type: 'number', default: 1 },
 ];
 
 /** The keys of a Redis section (`cache.redis`, `rate_limits_redis`): the same for both. */

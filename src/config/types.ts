@@ -152,6 +152,12 @@ export interface RateLimitPlan {
    * (and 400/405 answers) spend tokens; hits still carry the rate-limit headers.
    */
   readonly cost_of_hit: 0 | 1;
+  /**
+   * This plan's keys' share of an upstream's call cap while misses wait for it, relative to other
+   * plans' keys: a key of weight 3 gets three calls for one of a key of weight 1 while both wait.
+   * Positive number, 0.001-1000. Default `1`.
+   */
+  readonly provider_weight: number;
 }
 
 export type UpstreamConfig = V1UpstreamConfig | XV2UpstreamConfig | FixtureUpstreamConfig;

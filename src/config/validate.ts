@@ -92,7 +92,7 @@ function validateRateLimits(problems: Problems, raw: unknown): Record<string, Ra
       if (!NAME_PATTERN.test(name)) problems.add(at, 'plan name must match [A-Za-z0-9_.-]{1,64}');
       if (!isMapping(plan)) {
         problems.add(at, 'must be a mapping with capacity and refill_per_second');
-        return [name, { capacity: 1, refill_per_second: 1, cost_of_hit: 1 }];
+        return [name, { capacity: 1, refill_per_second: 1, cost_of_hit: 1, provider_weight: 1 }];
       }
       checkKeys(problems, plan, at, keysUnder('rate_limits.<plan>'));
       return [
@@ -101,10 +101,17 @@ function validateRateLimits(problems: Problems, raw: unknown): Record<string, Ra
           capacity: readInteger(problems, plan, 'capacity', at, { min: 1, fallback: 1, required: true, expected: 'a positive integer' }),
           refill_per_second: readPositiveNumber(problems, plan, 'refill_per_second', at),
           cost_of_hit: readInteger(problems, plan, 'cost_of_hit', at, { min: 0, max: 1, fallback: 1, expected: '0 or 1' }) as 0 | 1,
+          provider_weight: field(plan, 'provider_weight') === undefined ? 1 : readWeight(problems, plan, at),
         },
       ];
     }),
   );
+}
+
+function readWeight(problems: Problems, plan: Record<string, unknown>, path: string): number {
+  const weight = readPositiveNumber(problems, plan, 'provider_weight', path);
+  if (weight < 0.001 || weight > 1000) problems.add(childPath(path, 'provider_weight'), 'must be a number from 0.001 to 1000');
+  return Math.min(1000, Math.max(0.001, weight));
 }
 
 /** Every endpoint not listed falls back to the first upstream, so a one-upstream file needs no routes. */

@@ -21,6 +21,7 @@ import { pushRateLimitHeaders } from '../ratelimit/headers.js';
 import type { RateLimits } from '../ratelimit/rate-limits.js';
 import type { Verdict } from '../ratelimit/token-bucket.js';
 import { isWaitRefusal, secondsUntil } from '../upstream/upstream.js';
+import type { Payer } from '../upstream/guard/admission-queue.js';
 import type { UpstreamSet } from '../upstream/upstream-set.js';
 import { requestIdFrom } from './request-id.js';
 import { pushCachePolicy, send, sendError } from './respond.js';
@@ -170,7 +171,8 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
 
     // Pass-through: one flight per key, so a key never receives the answer to another key's call.
     const pass = passThrough(x.client);
-    const flight = flights.run(pass === undefined ? request.path : `${pass.digest}\n${request.path}`, () => fetchFor(request, pass));
+    const payer = payerOf(x.client!);
+    const flight = flights.run(pass === undefined ? request.path : `${pass.digest}\n${request.path}`, () => fetchFor(request, pass, payer));
     const fetched = await flight.promise;
     // No upstream: another instance fetched it, and this flight read the result from Redis.
     const viaRedis = fetched.upstream === undefined;
@@ -190,7 +192,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
    * stores nothing, so the stale entry keeps being served until its retention ends.
    */
   function revalidate(x: Exchange, request: EndpointRequest, entry: CacheEntry): void {
-    flights.run(request.path, () => fetchAndStore(request, passThrough(x.client))).promise.catch((error: unknown) => {
+    flights.run(request.path, () => fetchAndStore(request, passThrough(x.client), payerOf(x.client!))).promise.catch((error: unknown) => {
       logger.error({ err: error, route: request.endpoint }, 'background refresh failed');
     });
     x.cache = 'stale';
@@ -204,9 +206,9 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
    * Pass-through auth: the call of a key the provider has not accepted lately is its own
    * verifying call (upstream-verifier.ts), never another instance's result read from Redis.
    */
-  async function fetchFor(request: EndpointRequest, client: PassThroughClient | undefined): Promise<Fetched> {
-    if (client === undefined || trusted(client)) return fetchAndStore(request, client);
-    const verifying = deps.verifier?.verifying(client, () => fetchUpstream(request, client));
+  async function fetchFor(request: EndpointRequest, client: PassThroughClient | undefined, payer: Payer): Promise<Fetched> {
+    if (client === undefined || trusted(client)) return fetchAndStore(request, client, payer);
+    const verifying = deps.verifier?.verifying(client, () => fetchUpstream(request, payer, client));
     return (await verifying) ?? errorFetched('E401');
   }
 
@@ -215,22 +217,22 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
    * Redis, another instance may already be fetching the same key: then its result is used.
    * `client`: pass-through auth, whose key is the call's credential.
    */
-  async function fetchAndStore(request: EndpointRequest, client?: PassThroughClient): Promise<Fetched> {
+  async function fetchAndStore(request: EndpointRequest, client: PassThroughClient | undefined, payer: Payer): Promise<Fetched> {
     const claim = sharedFlights === undefined ? undefined : await sharedFlights.claim(request.endpoint, request.path);
     if (claim?.kind === 'entry') return { status: claim.entry.status, body: claim.entry.body, stored: false };
     try {
-      return await fetchUpstream(request, client);
+      return await fetchUpstream(request, payer, client);
     } finally {
       // After the store above completed, so a waiting instance finds the entry, not a free lease.
       claim?.release();
     }
   }
 
-  async function fetchUpstream(request: EndpointRequest, client?: PassThroughClient): Promise<Fetched> {
+  async function fetchUpstream(request: EndpointRequest, payer: Payer, client?: PassThroughClient): Promise<Fetched> {
     const ttl = deps.config.cache.ttl_seconds;
     // Before the fetch: a purge observed while it runs must keep its response out of the cache.
     const stamp = cache.generations.stamp(request.path);
-    const { result, upstream, ms } = await deps.upstreams.fetch(request, client && { id: client.id, key: client.key });
+    const { result, upstream, ms } = await deps.upstreams.fetch(request, client && { id: client.id, key: client.key }, payer);
     const via = { upstream, upstreamMs: ms };
     if (client !== undefined) deps.verifier?.judge(client, result);
     switch (result.kind) {
@@ -268,6 +270,14 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
         logger.warn({ upstream, route: request.endpoint, reason: result.reason }, 'upstream timed out');
         return { ...errorFetched('E504'), ...via };
     }
+  }
+
+  /**
+   * Who a miss's call is for, to share the provider's call cap fairly: the key whose miss makes
+   * it (coalesced followers ride on the leader's), weighted by its plan's `provider_weight`.
+   */
+  function payerOf(client: Client): Payer {
+    return { id: client.id, weight: deps.config.rate_limits[client.plan]?.provider_weight ?? 1 };
   }
 
   /** Pass-through auth: the cache answers only keys the provider accepted lately (upstream-verifier.ts). */

@@ -3,7 +3,7 @@ import type { Clock } from '../clock.js';
 import type { CredentialConfig, ProviderProtectionConfig } from '../config/types.js';
 import type { Timers } from '../timers.js';
 import type { UpstreamEvents } from './events.js';
-import { AdmissionQueue } from './guard/admission-queue.js';
+import { AdmissionQueue, NO_PAYER } from './guard/admission-queue.js';
 import { ANY, compileCap, type CallCap, type ProviderState, type StopState } from './guard/provider-state.js';
 import { secondsUntil, type Attempt, type Credential, type Layer, type RefusalReason, type UpstreamResult } from './upstream.js';
 
@@ -32,8 +32,8 @@ const REFUSAL: Readonly<Record<StopState, RefusalReason>> = {
  * The layer closest to the wire, so that every real call (a retry, a switch of credential)
  * passes it: it picks the credential (round robin over those not stopped, or the client's own
  * key with pass-through auth), honours every stop the provider gave (shared with the fleet
- * through the state), and takes a place under the upstream's call cap, waiting in a bounded FIFO
- * when the cap is full. A call it refuses costs the provider nothing.
+ * through the state), and takes a place under the upstream's call cap, waiting in a bounded queue
+ * shared fairly among the client keys whose misses wait (admission-queue.ts) when the cap is full. A call it refuses costs the provider nothing.
  */
 export function createGuard(options: GuardOptions): Guard {
   const { upstream, config, state, clock, timers, events } = options;
@@ -81,6 +81,7 @@ export function createGuard(options: GuardOptions): Guard {
     const leaseId = randomUUID();
     const maxWaitMs = Math.min(config.queue_timeout_ms, Math.floor(attempt.deadline - performance.now()));
     const { admission, waitedMs } = await queue.admit(
+      attempt.payer ?? NO_PAYER,
       () => state.admit({ upstream, scope, candidates, cap, localCap, leaseId, leaseMs }),
       maxWaitMs,
     );

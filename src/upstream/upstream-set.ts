@@ -59,8 +59,11 @@ export class UpstreamSet {
     this.#deadlineMs = config.server.miss_deadline_ms;
   }
 
-  /** `clientKey`: pass-through auth, the client's own key as the credential of every call. */
-  async fetch(request: EndpointRequest, clientKey?: Attempt['clientKey']): Promise<RoutedResult> {
+  /**
+   * `clientKey`: pass-through auth, the client's own key as the credential of every call.
+   * `payer`: the client key whose miss this is, for a fair share of the call cap.
+   */
+  async fetch(request: EndpointRequest, clientKey?: Attempt['clientKey'], payer?: Attempt['payer']): Promise<RoutedResult> {
     this.#inFlight++;
     const deadline = performance.now() + this.#deadlineMs;
     try {
@@ -68,7 +71,8 @@ export class UpstreamSet {
       let decided: RoutedResult | undefined;
       for (const [i, name] of route.entries()) {
         const started = performance.now();
-        const result = await this.#upstreams.get(name)!.call(clientKey === undefined ? { request, deadline } : { request, deadline, clientKey });
+        const attempt: Attempt = { request, deadline, ...(clientKey === undefined ? {} : { clientKey }), ...(payer === undefined ? {} : { payer }) };
+        const result = await this.#upstreams.get(name)!.call(attempt);
         const routed = { result, upstream: name, ms: performance.now() - started };
         if (result.kind !== 'refused') this.#metrics?.upstream(name, request.endpoint, result, routed.ms / 1000);
         decided = better(decided, routed);

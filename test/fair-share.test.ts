@@ -1,0 +1,90 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ManualClock } from './helpers/clock.js';
+import { KEY, OTHER_KEY, startPerch, waitFor, type RunningPerch, type TestResponse } from './helpers/perch.js';
+import { sampleProvider, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
+
+// The provider's call cap shared among client keys (admission-queue.ts), end to end: real perch,
+// real upstream, the clock and timers in the test's hand, so the order of calls is exact.
+
+function config(url: string, cap: string, weights = { alpha: 1, bravo: 1 }): string {
+  return `
+server: { host: 127.0.0.1, port: 0 }
+auth:
+  keys:
+    - { id: crawler, key: "${KEY}", plan: alpha }
+    - { id: app, key: "${OTHER_KEY}", plan: bravo }
+rate_limits:
+  alpha: { capacity: 100000, refill_per_second: 100000, provider_weight: ${weights.alpha} }
+  bravo: { capacity: 100000, refill_per_second: 100000, provider_weight: ${weights.bravo} }
+upstreams:
+  main: { kind: v1, url: "${url}", timeout_ms: 2000, ${cap} }
+`;
+}
+
+/**
+ * Sends one miss for `key` and waits until it is either at the upstream or queued (one more
+ * timer); its response, in a box so that awaiting `send` does not await the response.
+ */
+async function send(perch: RunningPerch, clock: ManualClock, upstream: TestUpstream, key: string, id: number): Promise<{ response: Promise<TestResponse> }> {
+  const [calls, waiting] = [upstream.requests.length, clock.waiting];
+  const response = perch.request(`/v1/users/${id}`, { key }).finally(() => answered++);
+  await waitFor(() => upstream.requests.length > calls || clock.waiting > waiting);
+  return { response };
+}
+
+/** Responses answered so far, over every `send`. */
+let answered = 0;
+
+/**
+ * Moves the clock one cap window at a time until the upstream has had `calls` calls. Each step
+ * starts once every call made has its answer at the client: a call still in flight holds its
+ * place in the cap's window until its answer, whatever the clock says.
+ */
+async function release(clock: ManualClock, upstream: TestUpstream, intervalMs: number, calls: number): Promise<void> {
+  while (upstream.requests.length < calls) {
+    const before = upstream.requests.length;
+    await waitFor(() => answered >= before);
+    clock.advance(intervalMs);
+    await waitFor(() => upstream.requests.length > before);
+  }
+}
+
+const ids = (upstream: TestUpstream) => upstream.requests.map((r) => Number(r.url.split('/').pop()));
+
+test('a crawler\'s backlog does not starve another key: its miss is the next call the cap allows', { timeout: 10_000 }, async (t) => {
+  answered = 0;
+  const clock = new ManualClock();
+  const upstream = await startUpstream(t, sampleProvider);
+  const perch = await startPerch(t, config(upstream.url, 'max_requests_per_second: 2, queue_timeout_ms: 10000'), { clock, timers: clock });
+  const pending: Promise<TestResponse>[] = [];
+  // Crawler misses 1-8: the burst of 2 goes at once, 6 wait.
+  for (let id = 1; id <= 8; id++) pending.push((await send(perch, clock, upstream, KEY, id)).response);
+  assert.deepEqual(ids(upstream), [1, 2]);
+  pending.push((await send(perch, clock, upstream, OTHER_KEY, 100)).response);
+  // The cap's window lets 2 calls a second: the next second's first is the app's.
+  await release(clock, upstream, 1000, 3);
+  assert.deepEqual(ids(upstream).slice(0, 3), [1, 2, 100], 'the app is next, ahead of the crawler\'s six');
+  await release(clock, upstream, 1000, 9);
+  const statuses = (await Promise.all(pending)).map((r) => r.status);
+  assert.deepEqual(statuses, [200, 200, 200, 200, 200, 200, 200, 200, 200]);
+  assert.deepEqual(ids(upstream), [1, 2, 100, 3, 4, 5, 6, 7, 8]);
+});
+
+test('provider_weight: a key of a plan of weight 3 gets three calls to one of weight 1 while both wait', { timeout: 10_000 }, async (t) => {
+  answered = 0;
+  const clock = new ManualClock();
+  const upstream = await startUpstream(t, sampleProvider);
+  const perch = await startPerch(t, config(upstream.url, 'max_requests_per_second: 1, burst: 1, queue_timeout_ms: 30000', { alpha: 3, bravo: 1 }), { clock, timers: clock });
+  const pending: Promise<TestResponse>[] = [];
+  // Crawler (weight 3): 1 goes at once; then app 101, crawler 2-4, app 102 wait, in that order.
+  pending.push((await send(perch, clock, upstream, KEY, 1)).response);
+  pending.push((await send(perch, clock, upstream, OTHER_KEY, 101)).response);
+  for (let id = 2; id <= 4; id++) pending.push((await send(perch, clock, upstream, KEY, id)).response);
+  pending.push((await send(perch, clock, upstream, OTHER_KEY, 102)).response);
+  await release(clock, upstream, 1000, 6);
+  await Promise.all(pending);
+  // Start tags: crawler 1/3, 2/3, 1 for 2-4 (its first call took 0 to 1/3), app 0 and 1: the
+  // app's second call waits for the crawler's three. With equal weights it would go before 3.
+  assert.deepEqual(ids(upstream), [1, 101, 2, 3, 4, 102]);
+});
