@@ -8,7 +8,7 @@
 //   BENCH_WARMUP_S (2)           warm-up run per target before measuring (capped at the duration)
 //   BENCH_CONNECTIONS (64)       hit-path connections, also the cache-fill concurrency
 //   BENCH_MISS_CONNECTIONS (1)   miss-path connections (see scenarios/miss.mjs)
-//   BENCH_ONLY                   comma list of scenarios: hit,miss,economy,memory,redis-frozen,validate,quota,sick-upstream
+//   BENCH_ONLY                   comma list of scenarios: hit,miss,economy,memory,redis-frozen,validate,quota,sick-upstream,fairness
 //   BENCH_ECONOMY_REQUESTS (100000), BENCH_ECONOMY_KEYS (10000), BENCH_ZIPF_S (1.1), BENCH_SEED (6)
 //   BENCH_MEMORY_ENTRIES (100000), BENCH_MEMORY_PAGES (40000), BENCH_MEMORY_MAX_BYTES (134217728)
 //   BENCH_SERVER_CPU (0), BENCH_CLIENT_CPU (1)
@@ -28,6 +28,7 @@ import { evaluate, printTables, writeResults } from './lib/report.mjs';
 import { varnishVersion } from './lib/varnish.mjs';
 import { wrkVersion } from './lib/wrk.mjs';
 import { economyScenario } from './scenarios/economy.mjs';
+import { fairnessScenario } from './scenarios/fairness.mjs';
 import { hitScenario } from './scenarios/hit.mjs';
 import { memoryScenario } from './scenarios/memory.mjs';
 import { missScenario } from './scenarios/miss.mjs';
@@ -59,6 +60,7 @@ const SCENARIOS = {
   validate: validateScenario,
   quota: quotaScenario,
   'sick-upstream': sickUpstreamScenario,
+  fairness: fairnessScenario,
 };
 
 /** The scenarios whose figures wrk measures. */

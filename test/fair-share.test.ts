@@ -1,7 +1,11 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { Redis } from 'ioredis';
+import { ANY } from '../src/upstream/guard/provider-state.js';
+import { RedisProviderState } from '../src/upstream/guard/redis-state.js';
 import { ManualClock } from './helpers/clock.js';
 import { KEY, OTHER_KEY, startPerch, waitFor, type RunningPerch, type TestResponse } from './helpers/perch.js';
+import { startRedis } from './helpers/redis-server.js';
 import { sampleProvider, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
 
 // The provider's call cap shared among client keys (admission-queue.ts), end to end: real perch,
@@ -87,4 +91,69 @@ test('provider_weight: a key of a plan of weight 3 gets three calls to one of we
   // Start tags: crawler 1/3, 2/3, 1 for 2-4 (its first call took 0 to 1/3), app 0 and 1: the
   // app's second call waits for the crawler's three. With equal weights it would go before 3.
   assert.deepEqual(ids(upstream), [1, 101, 2, 3, 4, 102]);
+});
+
+test('fleet-wide: in Redis a place under the cap goes to the least-served payer waiting on any instance', { timeout: 15_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const clients = [new Redis(redis.url), new Redis(redis.url)] as const;
+  t.after(() => clients.forEach((c) => c.disconnect()));
+  const clock = new ManualClock();
+  // Two instances' shared state. max_concurrent 1: a place frees only when a call finishes, so
+  // the order is the test's, with no time in it.
+  const [a, b] = clients.map((c) => new RedisProviderState(c, { prefix: 'perch:', now: () => clock.now(), commandTimeoutMs: 2000 }));
+  const cap = { maxConcurrent: 1 };
+  let lease = 0;
+  const ask = (state: RedisProviderState, payer: string, weight = 1) => {
+    const leaseId = `l${++lease}`;
+    const query = { upstream: 'main', scope: ANY, candidates: ['a'], cap, localCap: cap, leaseId, leaseMs: 60_000, payer: { id: payer, weight } };
+    return { leaseId, admitted: async () => (await state.admit(query)).kind === 'admitted', again: async () => (await state.admit(query)).kind === 'admitted' };
+  };
+  /** Ends a call and waits until Redis has it (commands on one connection run in order). */
+  const finish = async (state: RedisProviderState, client: Redis, leaseId: string) => {
+    state.finish('main', leaseId);
+    await client.ping();
+  };
+
+  // Instance A's crawler holds the place; its next call and B's app both wait.
+  const c1 = ask(a!, 'crawler');
+  assert.equal(await c1.admitted(), true);
+  const c2 = ask(a!, 'crawler');
+  assert.equal(await c2.admitted(), false);
+  const a1 = ask(b!, 'app');
+  assert.equal(await a1.admitted(), false);
+  await finish(a!, clients[0], c1.leaseId);
+  // A asks first, but the place is owed to the app (start tag 0 against the crawler's 1).
+  assert.equal(await c2.again(), false);
+  assert.equal(await a1.again(), true);
+  await finish(b!, clients[1], a1.leaseId);
+  assert.equal(await c2.again(), true, 'nobody else waits: the crawler gets it');
+  await finish(a!, clients[0], c2.leaseId);
+
+  // Weights: heavy (3) and light (1) both waiting on different instances get 3 places to 1.
+  const order: string[] = [];
+  const holder = ask(a!, 'holder');
+  assert.equal(await holder.admitted(), true);
+  let held = holder.leaseId;
+  let heavy = ask(a!, 'heavy', 3);
+  let light = ask(b!, 'light', 1);
+  assert.equal(await heavy.admitted(), false);
+  assert.equal(await light.admitted(), false);
+  for (let i = 0; i < 8; i++) {
+    await finish(a!, clients[0], held);
+    // Both ask after every place frees, the heavy one first: only the owed one is admitted.
+    if (await heavy.again()) {
+      order.push('heavy');
+      held = heavy.leaseId;
+      heavy = ask(a!, 'heavy', 3);
+      assert.equal(await light.again(), false);
+      assert.equal(await heavy.admitted(), false);
+    } else {
+      assert.equal(await light.again(), true);
+      order.push('light');
+      held = light.leaseId;
+      light = ask(b!, 'light', 1);
+      assert.equal(await light.admitted(), false);
+    }
+  }
+  assert.deepEqual(order, ['heavy', 'light', 'heavy', 'heavy', 'heavy', 'light', 'heavy', 'heavy']);
 });

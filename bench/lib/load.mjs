@@ -53,7 +53,8 @@ export async function issueAll({ targets, count, pathOf, headers = {}, concurren
 /**
  * Open loop: request i goes out at `i / ratePerSecond` seconds after the start, whether or not
  * earlier ones have their answer (no coordinated omission), for `seconds`. Returns each
- * request's send time (ms after the start) and status (0 for a transport error), in order.
+ * request's send time (ms after the start), status (0 for a transport error) and time to its
+ * answer (ms), in order.
  */
 export async function issueAtRate({ target, ratePerSecond, seconds, pathOf, headers = {} }) {
   const pool = new Pool(target, { connections: 256, pipelining: 1, headersTimeout: 10_000, bodyTimeout: 10_000 });
@@ -71,9 +72,9 @@ export async function issueAtRate({ target, ratePerSecond, seconds, pathOf, head
         pool.request({ path: pathOf(i), method: 'GET', headers }).then(
           async (res) => {
             await res.body.dump({ limit: 1 << 20 });
-            results[i] = { sentAt, status: res.statusCode };
+            results[i] = { sentAt, status: res.statusCode, ms: performance.now() - t0 - sentAt };
           },
-          () => (results[i] = { sentAt, status: 0 }),
+          () => (results[i] = { sentAt, status: 0, ms: performance.now() - t0 - sentAt }),
         ),
       );
     }

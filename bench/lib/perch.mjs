@@ -58,11 +58,16 @@ export function metricsSection(ctx) {
  * `ctx.options.logToFile` is false (then /dev/null). `nodeArgs` go to node before perch's script
  * (V8 heap settings, say).
  */
-export async function startPerch(ctx, name, configOptions, { cpuProfileDir, nodeArgs: extraNodeArgs = [] } = {}) {
+export function startPerch(ctx, name, configOptions, options = {}) {
+  return startPerchYaml(ctx, name, (port) => perchConfig({ ...configOptions, port, metricsYaml: ctx.metricsYaml }), options);
+}
+
+/** As `startPerch`, from the YAML `yamlFor(port)` returns, for scenarios that need their own keys and plans. */
+export async function startPerchYaml(ctx, name, yamlFor, { cpuProfileDir, nodeArgs: extraNodeArgs = [] } = {}) {
   const port = await freePort();
   const configFile = join(ctx.tmpDir, `${name}.yaml`);
-  writeFileSync(configFile, perchConfig({ ...configOptions, port, metricsYaml: ctx.metricsYaml }));
-  const logPath = ctx.options.logToFile ? join(ctx.tmpDir, `${name}.log`) : '/dev/null';
+  writeFileSync(configFile, yamlFor(port));
+  const logPath = ctx.options?.logToFile ? join(ctx.tmpDir, `${name}.log`) : '/dev/null';
   const logFd = openSync(logPath, 'a');
   const nodeArgs = [...extraNodeArgs];
   if (cpuProfileDir) {

@@ -9,7 +9,7 @@
 //   the 502s answered after it.
 // About 80 s. Standalone: `node bench/scenarios/sick-upstream.mjs` (after `npm ci` in bench/ and
 // `npm run build` at the root); in run.mjs its export has the shape of the other scenarios.
-import { mkdtempSync, openSync, closeSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:http';
 import os from 'node:os';
 import { dirname, join } from 'node:path';
@@ -17,8 +17,8 @@ import { fileURLToPath } from 'node:url';
 import { request } from 'undici';
 import { bodyFactory } from '../lib/bodies.mjs';
 import { issueAtRate } from '../lib/load.mjs';
-import { BENCH_KEY, ensureBuilt } from '../lib/perch.mjs';
-import { freePort, installCleanup, sleep, start } from '../lib/procs.mjs';
+import { BENCH_KEY, ensureBuilt, startPerchYaml } from '../lib/perch.mjs';
+import { installCleanup } from '../lib/procs.mjs';
 
 const RATE = Number(process.env.BENCH_SICK_RATE ?? 50);
 const SECONDS = Number(process.env.BENCH_SICK_SECONDS ?? 20);
@@ -71,30 +71,6 @@ log:
 `;
 }
 
-async function startPerchWith(ctx, name, yamlFor) {
-  const port = await freePort();
-  const file = join(ctx.tmpDir, `${name}.yaml`);
-  writeFileSync(file, yamlFor(port));
-  const logFd = openSync('/dev/null', 'a');
-  const proc = start(name, process.execPath, [ctx.perchMain, '--config', file], { cpu: ctx.pin.serverCpu, cwd: ctx.repoRoot, stdout: logFd });
-  closeSync(logFd);
-  const url = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 15_000;
-  for (;;) {
-    try {
-      const res = await request(`${url}/healthz`);
-      await res.body.dump();
-      return { proc, url };
-    } catch {
-      if (!proc.alive() || Date.now() > deadline) {
-        await proc.stop();
-        throw new Error(`${name} did not start: ${proc.stderr().trim()}`);
-      }
-      await sleep(50);
-    }
-  }
-}
-
 /** Sums a metric's series whose labels contain `match`. */
 async function scrape(url, name, match) {
   const text = await (await request(`${url}/metrics`)).body.text();
@@ -113,7 +89,7 @@ const PHASES = [
 
 async function phase(ctx, { id, name, protection, fails }, offset) {
   const upstream = await startSickUpstream(fails);
-  const perch = await startPerchWith(ctx, `perch-sick-${id}`, (port) => config(port, upstream.url, protection));
+  const perch = await startPerchYaml(ctx, `perch-sick-${id}`, (port) => config(port, upstream.url, protection));
   try {
     // The provider's clock starts with the load, so "the first 2 s" and the heal line up.
     upstream.t0 = performance.now();

@@ -21,7 +21,7 @@ import { pushRateLimitHeaders } from '../ratelimit/headers.js';
 import type { RateLimits } from '../ratelimit/rate-limits.js';
 import type { Verdict } from '../ratelimit/token-bucket.js';
 import { isWaitRefusal, secondsUntil } from '../upstream/upstream.js';
-import type { Payer } from '../upstream/guard/admission-queue.js';
+import type { Payer } from '../upstream/guard/provider-state.js';
 import type { UpstreamSet } from '../upstream/upstream-set.js';
 import { requestIdFrom } from './request-id.js';
 import { pushCachePolicy, send, sendError } from './respond.js';

@@ -80,9 +80,10 @@ export function createGuard(options: GuardOptions): Guard {
     // Unique across the fleet: it is the call's member in the shared logs and lease set.
     const leaseId = randomUUID();
     const maxWaitMs = Math.min(config.queue_timeout_ms, Math.floor(attempt.deadline - performance.now()));
+    const payer = attempt.payer ?? NO_PAYER;
     const { admission, waitedMs } = await queue.admit(
-      attempt.payer ?? NO_PAYER,
-      () => state.admit({ upstream, scope, candidates, cap, localCap, leaseId, leaseMs }),
+      payer,
+      () => state.admit({ upstream, scope, candidates, cap, localCap, leaseId, leaseMs, payer }),
       maxWaitMs,
     );
     if (waitedMs > 0) events.queued(upstream, waitedMs / 1000);

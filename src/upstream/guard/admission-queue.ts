@@ -1,20 +1,12 @@
 import type { Clock } from '../../clock.js';
 import type { Timers } from '../../timers.js';
-import type { Admission } from './provider-state.js';
-
-/** Who a call is for: the client key whose miss makes it, and its plan's `provider_weight`. */
-export interface Payer {
-  readonly id: string;
-  readonly weight: number;
-}
+import type { Admission, Payer } from './provider-state.js';
 
 /** Calls perch makes for itself, with no client behind them, share one payer. */
 export const NO_PAYER: Payer = { id: '', weight: 1 };
 
 interface Waiter {
   readonly payer: Payer;
-  /** Start tag: the virtual time at which this call's turn begins. */
-  readonly tag: number;
   readonly seq: number;
   readonly tryAdmit: () => Admission | Promise<Admission>;
   readonly finish: (admission: Admission) => void;
@@ -22,30 +14,42 @@ interface Waiter {
   expired: boolean;
 }
 
+/** One payer's waiting calls, FIFO, and where its turn stands in virtual time. */
+interface Flow {
+  readonly waiters: Waiter[];
+  /** The start tag of its first waiting call (set while it has waiting calls). */
+  start: number;
+  /** The finish tag of its last admitted call: its next start, unless the virtual time passed it. */
+  finish: number;
+}
+
 /**
  * The bounded queue in front of an upstream's call cap, shared fairly among the keys whose misses
- * wait in it: start-time fair queuing (Goyal et al.), FIFO within one key. Each waiting call gets
- * a start tag, `max(virtual time, its key's last finish)`, and its key's finish moves on by
- * `1 / weight`; the waiting call with the lowest tag is next, and the virtual time becomes its
- * tag. A key that asks for less than its share finds the virtual time where the busy keys' calls
- * are and goes ahead of their backlog, so it waits about one call of the cap; a key with twice
- * the weight gets twice the calls while both wait. Only the next call asks the cap, again when
- * the cap said it would have room or when a call of this instance ends, so capacity is never
- * left idle while a call waits (work-conserving).
+ * wait in it: start-time fair queuing (Goyal et al.) over one FIFO per key. A key that starts
+ * waiting gets the start tag `max(virtual time, its last finish)`; each call admitted moves its
+ * key's tag on by `1 / weight`; the key with the lowest tag has the next call, and the virtual
+ * time becomes that tag. Only admitted calls move tags: a key's calls that time out cost it no
+ * share. A key that asks for less than its share finds the virtual time where the busy keys'
+ * calls are and goes ahead of their backlog, so it waits about one call of the cap; while two keys
+ * both wait, one with three times the weight gets three calls for one. Only the next call asks
+ * the cap, again when the cap said it would have room or when a call of this instance ends, so
+ * capacity is never left idle while a call waits (work-conserving).
  *
- * When the queue is full, the arriving call and the waiting call with the highest tag compete:
- * the higher tag is refused, so a flood from one key fills the queue without shutting out others.
+ * When the queue is full, the arriving call and the last call of the key furthest ahead in
+ * virtual time compete: the one further ahead is refused, so a flood from one key fills the queue
+ * without shutting others out.
  */
 export class AdmissionQueue {
   readonly #size: number;
   readonly #clock: Clock;
   readonly #timers: Timers;
-  readonly #waiters: Waiter[] = [];
-  /** Per key: the finish tag of its latest call; dropped when the virtual time passes it. */
-  readonly #finish = new Map<string, number>();
+  readonly #flows = new Map<string, Flow>();
+  #length = 0;
   #virtualTime = 0;
   #seq = 0;
   #pumping = false;
+  /** The waiting call whose admission the pump is asking the cap for now. */
+  #asking: Waiter | undefined;
   #cancelWake: (() => void) | undefined;
   /** The cap's latest estimate of the wait, for calls refused without asking it. */
   #lastWaitMs = 1000;
@@ -58,85 +62,121 @@ export class AdmissionQueue {
 
   /** Calls waiting now. */
   get length(): number {
-    return this.#waiters.length;
+    return this.#length;
   }
 
   /**
-   * Asks `tryAdmit` until it admits or reports a stop, waiting its turn while it says the cap is
-   * full. Answers `over_cap` at once when the queue is full and this call has the highest tag,
-   * else when `maxWaitMs` runs out before the cap admits it (a call may end and free a place
-   * sooner than the cap's estimate).
+   * Asks `tryAdmit` until it admits or reports a stop, waiting its key's turn while it says the
+   * cap is full. Answers `over_cap` at once when the queue is full and this call is the furthest
+   * ahead, else when `maxWaitMs` runs out before the cap admits it (a call may end and free a
+   * place sooner than the cap's estimate).
    */
   async admit(payer: Payer, tryAdmit: () => Admission | Promise<Admission>, maxWaitMs: number): Promise<{ admission: Admission; waitedMs: number }> {
     const started = this.#clock.now();
-    if (this.#waiters.length === 0) {
+    if (this.#length === 0) {
       const first = await tryAdmit();
       if (first.kind !== 'over_cap') {
-        this.#charge(payer, this.#virtualTime);
+        this.#served(this.#flow(payer), payer);
         return { admission: first, waitedMs: 0 };
       }
       this.#lastWaitMs = first.waitMs;
       if (maxWaitMs <= 0 || this.#size === 0) return { admission: first, waitedMs: 0 };
-    } else if (maxWaitMs <= 0) {
+    } else if (maxWaitMs <= 0 || (this.#length >= this.#size && !this.#pushOut(payer))) {
       return { admission: { kind: 'over_cap', waitMs: this.#lastWaitMs }, waitedMs: 0 };
     }
-    const tag = Math.max(this.#virtualTime, this.#finish.get(payer.id) ?? 0);
-    if (this.#waiters.length >= this.#size && !this.#pushOut(tag)) {
-      return { admission: { kind: 'over_cap', waitMs: this.#lastWaitMs }, waitedMs: 0 };
-    }
-    this.#finish.set(payer.id, tag + 1 / payer.weight);
     const admission = await new Promise<Admission>((finish) => {
-      const waiter: Waiter = { payer, tag, seq: this.#seq++, tryAdmit, finish, cancelExpiry: () => {}, expired: false };
+      const waiter: Waiter = { payer, seq: this.#seq++, tryAdmit, finish, cancelExpiry: () => {}, expired: false };
       waiter.cancelExpiry = this.#timers.after(maxWaitMs, () => this.#expire(waiter));
-      this.#waiters.push(waiter);
-      this.#scheduleWake(this.#waiters.length === 1 ? this.#lastWaitMs : undefined);
+      const flow = this.#flow(payer);
+      if (flow.waiters.length === 0) flow.start = Math.max(this.#virtualTime, flow.finish);
+      flow.waiters.push(waiter);
+      this.#length++;
+      this.#scheduleWake(this.#length === 1 ? this.#lastWaitMs : undefined);
     });
     return { admission, waitedMs: this.#clock.now() - started };
   }
 
   /** A call of this instance ended: a slot may be free, so the next call asks again now. */
   wake(): void {
-    if (this.#waiters.length === 0) return;
+    if (this.#length === 0) return;
     this.#cancelWake?.();
     this.#cancelWake = undefined;
     void this.#pump();
   }
 
-  /** A call admitted without waiting still counts as its key's service. */
-  #charge(payer: Payer, tag: number): void {
-    const start = Math.max(tag, this.#finish.get(payer.id) ?? 0);
-    this.#finish.set(payer.id, start + 1 / payer.weight);
+  #flow(payer: Payer): Flow {
+    let flow = this.#flows.get(payer.id);
+    if (flow === undefined) {
+      flow = { waiters: [], start: this.#virtualTime, finish: 0 };
+      this.#flows.set(payer.id, flow);
+    }
+    return flow;
   }
 
-  /** The waiting call to serve next: the lowest start tag, the earliest arrival among equals. */
-  #next(): Waiter | undefined {
-    let best: Waiter | undefined;
-    for (const w of this.#waiters) if (best === undefined || w.tag < best.tag || (w.tag === best.tag && w.seq < best.seq)) best = w;
+  /** A call of `flow` was admitted: the virtual time moves to its tag, and the flow's tag on. */
+  #served(flow: Flow, payer: Payer): void {
+    const start = flow.waiters.length > 0 ? flow.start : Math.max(this.#virtualTime, flow.finish);
+    this.#virtualTime = Math.max(this.#virtualTime, start);
+    flow.finish = start + 1 / payer.weight;
+    flow.start = flow.finish;
+    if (this.#flows.size > 2 * this.#length + 64) this.#forgetIdle();
+  }
+
+  /**
+   * Flows with no call waiting whose finish the virtual time has passed are owed nothing. With
+   * nobody waiting at all, none is: calls admitted at once, one payer after another, would
+   * otherwise keep an entry each for ever (pass-through keys are many).
+   */
+  #forgetIdle(): void {
+    for (const [id, flow] of this.#flows) {
+      if (flow.waiters.length === 0 && (flow.finish <= this.#virtualTime || this.#length === 0)) this.#flows.delete(id);
+    }
+  }
+
+  /** The flow whose turn is next: the lowest start tag, the earliest first call among equals. */
+  #next(): Flow | undefined {
+    let best: Flow | undefined;
+    for (const flow of this.#flows.values()) {
+      if (flow.waiters.length === 0) continue;
+      if (best === undefined || flow.start < best.start || (flow.start === best.start && flow.waiters[0]!.seq < best.waiters[0]!.seq)) best = flow;
+    }
     return best;
   }
 
-  /** Full queue: refuses the waiting call with the highest tag if it is above `tag`, making room. */
-  #pushOut(tag: number): boolean {
-    let worst: Waiter | undefined;
-    for (const w of this.#waiters) if (worst === undefined || w.tag > worst.tag || (w.tag === worst.tag && w.seq > worst.seq)) worst = w;
-    if (worst === undefined || worst.tag <= tag || (this.#pumping && worst === this.#next())) return false;
-    this.#remove(worst);
-    worst.cancelExpiry();
-    worst.finish({ kind: 'over_cap', waitMs: this.#lastWaitMs });
+  /**
+   * Full queue: refuses the last call of the flow furthest ahead (the tag its last call would be
+   * admitted at) if that is beyond where a call of `payer` would stand, making room.
+   */
+  #pushOut(payer: Payer): boolean {
+    const mine = this.#flows.get(payer.id);
+    const myTag = mine === undefined || mine.waiters.length === 0 ? Math.max(this.#virtualTime, mine?.finish ?? 0) : mine.start + mine.waiters.length / payer.weight;
+    let worst: Flow | undefined;
+    let worstTag = -Infinity;
+    for (const flow of this.#flows.values()) {
+      const last = flow.waiters.at(-1);
+      if (last === undefined || last === this.#asking) continue;
+      const tag = flow.start + (flow.waiters.length - 1) / last.payer.weight;
+      if (tag > worstTag) [worst, worstTag] = [flow, tag];
+    }
+    if (worst === undefined || worstTag <= myTag) return false;
+    const refused = worst.waiters.pop()!;
+    this.#length--;
+    refused.cancelExpiry();
+    refused.finish({ kind: 'over_cap', waitMs: this.#lastWaitMs });
     return true;
   }
 
   #remove(waiter: Waiter): void {
-    this.#waiters.splice(this.#waiters.indexOf(waiter), 1);
-    // Its key's finish was moved on for it: take that back, so a refused call costs no share.
-    if (this.#finish.get(waiter.payer.id) === waiter.tag + 1 / waiter.payer.weight) this.#finish.set(waiter.payer.id, waiter.tag);
+    const flow = this.#flows.get(waiter.payer.id)!;
+    flow.waiters.splice(flow.waiters.indexOf(waiter), 1);
+    this.#length--;
+    if (flow.waiters.length === 0 && flow.finish <= this.#virtualTime) this.#flows.delete(waiter.payer.id);
   }
 
   #expire(waiter: Waiter): void {
     waiter.expired = true;
-    // The next call may be asking the cap right now; the pump settles it with the answer it gets.
-    if (this.#pumping && this.#next() === waiter) return;
-    if (!this.#waiters.includes(waiter)) return;
+    // The pump may be asking the cap for it right now; the pump settles it with the answer.
+    if (waiter === this.#asking) return;
     this.#remove(waiter);
     waiter.finish({ kind: 'over_cap', waitMs: this.#lastWaitMs });
   }
@@ -153,31 +193,27 @@ export class AdmissionQueue {
     if (this.#pumping) return;
     this.#pumping = true;
     try {
-      for (let head = this.#next(); head !== undefined; head = this.#next()) {
+      for (let flow = this.#next(); flow !== undefined; flow = this.#next()) {
+        const head = flow.waiters[0]!;
+        this.#asking = head;
         const admission = await head.tryAdmit();
+        this.#asking = undefined;
         if (admission.kind === 'over_cap') {
           this.#lastWaitMs = admission.waitMs;
           if (!head.expired) {
             this.#scheduleWake(admission.waitMs);
             return;
           }
-          this.#remove(head);
         } else {
-          this.#waiters.splice(this.#waiters.indexOf(head), 1);
-          this.#virtualTime = Math.max(this.#virtualTime, head.tag);
-          this.#forgetIdle();
+          this.#served(flow, head.payer);
         }
+        this.#remove(head);
         head.cancelExpiry();
         head.finish(admission);
       }
     } finally {
+      this.#asking = undefined;
       this.#pumping = false;
     }
-  }
-
-  /** Keys whose last finish the virtual time has passed are owed nothing: their entry can go. */
-  #forgetIdle(): void {
-    if (this.#finish.size <= 2 * this.#waiters.length + 64) return;
-    for (const [id, finish] of this.#finish) if (finish <= this.#virtualTime) this.#finish.delete(id);
   }
 }

@@ -1,5 +1,11 @@
 import type { ProviderProtectionConfig } from '../../config/types.js';
 
+/** Who a call is for: the client key whose miss makes it, and its plan's `provider_weight`. */
+export interface Payer {
+  readonly id: string;
+  readonly weight: number;
+}
+
 /** Why calls on a credential (or a whole upstream) are stopped until a time. */
 export type StopState = 'cooling_down' | 'usage_capped' | 'breaker_open';
 
@@ -44,6 +50,8 @@ export interface AdmitQuery {
   readonly leaseId: string;
   /** Bound on the lease, so a crashed instance does not hold a slot for ever. */
   readonly leaseMs: number;
+  /** Who the call is for: the fleet's shared cap goes to the least-served waiting payer first. */
+  readonly payer: Payer;
 }
 
 /** The answer to one admission: call on `credential`, everyone is stopped, or wait for the cap. */

@@ -17,10 +17,21 @@ import {
  * (their times come from the provider's own headers); the cap uses Redis `TIME`, as the client
  * rate limits do, so instances with skewed clocks still share one window.
  *
- * KEYS: bucket, rate log, quota log, leases, then per candidate its stop keys (see ARGV).
+ *
+ * The cap is shared fairly among payers across the fleet, with the same start-time fair queuing
+ * as each instance's queue (admission-queue.ts): a payer whose call cannot be admitted is
+ * registered as waiting with its start tag (`max(virtual time, its last finish)`), and a place
+ * under the cap goes only to the waiting payer with the lowest tag. So a crawler waiting on
+ * instance A yields to an app waiting on instance B, whichever instance asks first. The token
+ * the lower tag is owed stays in the bucket until its instance asks (at once, or when its wait
+ * ends); a registration not renewed within its liveness lapses, so a payer whose instance went
+ * away holds nothing back.
+ *
+ * KEYS: bucket, rate log, quota log, leases, fair tags (hash), waiting payers (zset by tag),
+ * their liveness (zset by expiry), then per candidate its stop keys (see ARGV).
  * ARGV: now, per-second rate (0: none), burst, window limit, window ms, quota (0: none),
  * quota window ms, max concurrent (0: none), lease id, lease ms, number of candidates,
- * stop keys per candidate, then the candidate ids.
+ * stop keys per candidate, payer id, payer weight, then the candidate ids.
  */
 const ADMIT_SCRIPT = `
 local now = tonumber(ARGV[1])
@@ -32,14 +43,14 @@ local best_state = nil
 for i = 1, ncand do
   local u, st = 0, nil
   for j = 1, per do
-    local v = redis.call('GET', KEYS[4 + (i - 1) * per + j])
+    local v = redis.call('GET', KEYS[7 + (i - 1) * per + j])
     if v then
       local sp = string.find(v, ' ', 1, true)
       local t = tonumber(string.sub(v, 1, sp - 1))
       if t > now and t > u then u, st = t, string.sub(v, sp + 1) end
     end
   end
-  if u == 0 then chosen = ARGV[12 + i]; break end
+  if u == 0 then chosen = ARGV[14 + i]; break end
   if best_until == nil or u < best_until then best_until, best_state = u, st end
 end
 if chosen == nil then return {'stopped', string.format('%d', best_until), best_state} end
@@ -75,7 +86,31 @@ if maxc > 0 then
   redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', rnow)
   if redis.call('ZCARD', KEYS[4]) >= maxc then wait = math.max(wait, 25) end
 end
-if wait > 0 then return {'wait', string.format('%d', math.max(1, wait))} end
+
+local payer = ARGV[13]
+local fair, waiting, live = KEYS[5], KEYS[6], KEYS[7]
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', live, '-inf', rnow)) do
+  redis.call('ZREM', waiting, gone)
+  redis.call('ZREM', live, gone)
+end
+local vt = tonumber(redis.call('HGET', fair, 'v') or '0')
+local tag = tonumber(redis.call('ZSCORE', waiting, payer) or '-1')
+if tag < 0 then tag = math.max(vt, tonumber(redis.call('HGET', fair, 'f:' .. payer) or '0')) end
+local first = redis.call('ZRANGE', waiting, 0, 0, 'WITHSCORES')
+local owed = first[1] ~= nil and first[1] ~= payer and tonumber(first[2]) < tag
+if wait > 0 or owed then
+  -- Another payer's turn: look again soon, in case its instance does not come for the place.
+  if wait == 0 then wait = 25 end
+  redis.call('ZADD', waiting, tag, payer)
+  redis.call('ZADD', live, rnow + math.max(1000, 2 * wait), payer)
+  redis.call('PEXPIRE', waiting, math.max(1000, 2 * wait) + 1000)
+  redis.call('PEXPIRE', live, math.max(1000, 2 * wait) + 1000)
+  return {'wait', string.format('%d', math.max(1, wait))}
+end
+redis.call('HSET', fair, 'v', string.format('%.17g', math.max(vt, tag)), 'f:' .. payer, string.format('%.17g', tag + 1 / tonumber(ARGV[14])))
+redis.call('PEXPIRE', fair, 3600000)
+redis.call('ZREM', waiting, payer)
+redis.call('ZREM', live, payer)
 
 local lease = ARGV[9]
 local lease_ms = tonumber(ARGV[10])
@@ -227,7 +262,7 @@ export class RedisProviderState implements ProviderState {
     const base = this.#base(query.upstream);
     const per = stopKeysFor('x', query.scope).length;
     const stopKeys = query.candidates.flatMap((c) => stopKeysFor(c, query.scope).map(([cr, sc]) => `${base}:stop:${cr}:${sc}`));
-    const keys = [`${base}:bucket`, `${base}:recent`, `${base}:quota`, `${base}:leases`, ...stopKeys];
+    const keys = [`${base}:bucket`, `${base}:recent`, `${base}:quota`, `${base}:leases`, `${base}:fair`, `${base}:fairq`, `${base}:fairlive`, ...stopKeys];
     const { rate, quota, maxConcurrent } = query.cap;
     const args = [
       this.#clockNow(),
@@ -242,6 +277,8 @@ export class RedisProviderState implements ProviderState {
       query.leaseMs,
       query.candidates.length,
       per,
+      query.payer.id,
+      query.payer.weight,
       ...query.candidates,
     ];
     // The script takes a variable number of keys, so their count leads the arguments.
