@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { AdmissionQueue } from '../src/upstream/guard/admission-queue.js';
-import type { Admission, Payer } from '../src/upstream/guard/provider-state.js';
+import type { Admission } from '../src/upstream/guard/provider-state.js';
+import type { Payer } from '../src/upstream/upstream.js';
 import { ManualClock } from './helpers/clock.js';
 
 /** A cap with `free` places now and more as the test adds them. */

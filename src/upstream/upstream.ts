@@ -91,11 +91,14 @@ export interface Attempt {
   readonly avoid?: readonly string[];
   /** The breaker's half-open probe: the throttle never sheds it, or a healed provider would go unnoticed. */
   readonly probe?: boolean;
-  /**
-   * The client key whose miss makes this call, and its plan's `provider_weight`: the guard's
-   * queue shares the call cap fairly among payers. Absent: perch's own call.
-   */
-  readonly payer?: { readonly id: string; readonly weight: number };
+  /** Who the call is for: the guard shares the call cap fairly among payers. Absent: perch's own call. */
+  readonly payer?: Payer;
+}
+
+/** Who a call is for: the client key whose miss makes it, and its plan's `provider_weight`. */
+export interface Payer {
+  readonly id: string;
+  readonly weight: number;
 }
 
 /** A provider credential: the headers sent with a call, named by an id safe to log. */

@@ -1,6 +1,7 @@
 import type { Clock } from '../../clock.js';
 import type { Timers } from '../../timers.js';
-import type { Admission, Payer } from './provider-state.js';
+import type { Payer } from '../upstream.js';
+import type { Admission } from './provider-state.js';
 
 /** Calls perch makes for itself, with no client behind them, share one payer. */
 export const NO_PAYER: Payer = { id: '', weight: 1 };

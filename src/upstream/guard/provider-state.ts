@@ -1,10 +1,5 @@
 import type { ProviderProtectionConfig } from '../../config/types.js';
-
-/** Who a call is for: the client key whose miss makes it, and its plan's `provider_weight`. */
-export interface Payer {
-  readonly id: string;
-  readonly weight: number;
-}
+import type { Payer } from '../upstream.js';
 
 /** Why calls on a credential (or a whole upstream) are stopped until a time. */
 export type StopState = 'cooling_down' | 'usage_capped' | 'breaker_open';
