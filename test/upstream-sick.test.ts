@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ManualClock } from './helpers/clock.js';
 import { metric, startPerch, testConfig, v1, type RunningPerch } from './helpers/perch.js';
+import { startRedis } from './helpers/redis-server.js';
 import { failingEvery, json, sampleProvider, startUpstream } from './helpers/upstream-server.js';
 
 // Half-sick and dead providers under the default breaker and throttle, against a real upstream.
@@ -97,4 +98,24 @@ test('a hanging provider: 504 at timeout_ms, and once 20 have timed out the brea
   assert.ok(performance.now() - started < 100 * 10, 'refused without waiting for the provider');
   assert.equal(upstream.requests.length, 20);
   assert.equal(await metric(perch, 'perch_upstream_refused_total{upstream="main",route="user",reason="breaker_open"}'), 10);
+});
+
+test('with Redis unreachable the throttle goes on with its own counts: a dead provider is still shed', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, json(503, {}));
+  const noBreaker = 'breaker: { consecutive_failures: 10000, failure_ratio: 1 }';
+  const yaml = testConfig(v1('main', upstream.url, noBreaker), `rate_limits_redis: { url: "${redis.url}", command_timeout_ms: 200 }`);
+  const clock = new ManualClock();
+  const perch = await startPerch(t, yaml, { clock, random: NEVER_RANDOM });
+  assert.equal((await perch.request('/v1/users/1')).status, 502);
+  await redis.kill();
+  // A slice (1 s) apart, so that each batch's first call reports to the dead Redis.
+  const statuses: number[] = [];
+  for (let batch = 0; batch < 4; batch++) {
+    clock.advance(1000);
+    statuses.push(...(await misses(perch, 100 * (batch + 1), 10)));
+  }
+  assert.deepEqual(tally(statuses), { 502: 40 });
+  assert.equal(upstream.requests.length, 20, 'shed from the 21st on, on this instance\'s counts');
+  assert.equal(await metric(perch, 'perch_upstream_refused_total{upstream="main",route="user",reason="throttled"}'), 21);
 });
