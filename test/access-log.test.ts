@@ -18,6 +18,7 @@ const FIELDS: AccessFields = {
   cache: 'hit',
   upstream: null,
   upstream_ms: null,
+  upstream_call: false,
   ms: 0.12,
   key_id: 'alpha',
   remote: '127.0.0.1',

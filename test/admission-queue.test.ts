@@ -16,7 +16,7 @@ function cap() {
 
 const settle = () => new Promise((resolve) => setImmediate(resolve));
 
-const P: Payer = { id: 'a', weight: 1 };
+const P: Payer = { id: 'a', weight: 1, label: 'a' };
 
 test('one key\'s waiting calls are admitted in arrival order as the cap frees places', { timeout: 5000 }, async () => {
   const clock = new ManualClock();
@@ -99,12 +99,12 @@ test('a key that asks for less than its share goes ahead of a flooding key\'s ba
   const queue = new AdmissionQueue({ size: 100, clock, timers: clock });
   const c = cap();
   const order: string[] = [];
-  enqueue(queue, c, { id: 'crawler', weight: 1 }, 20, order);
+  enqueue(queue, c, { id: 'crawler', weight: 1, label: 'crawler' }, 20, order);
   await settle();
   await release(queue, c, 3);
   assert.deepEqual(order, ['crawler', 'crawler', 'crawler']);
   // The app's start tag is the virtual time (the last admitted call's, 2): below the crawler's 3..19.
-  enqueue(queue, c, { id: 'app', weight: 1 }, 2, order);
+  enqueue(queue, c, { id: 'app', weight: 1, label: 'app' }, 2, order);
   await settle();
   await release(queue, c, 5);
   assert.deepEqual(order, ['crawler', 'crawler', 'crawler', 'app', 'crawler', 'app', 'crawler', 'crawler']);
@@ -116,8 +116,8 @@ test('weights: while both wait, a key of weight 3 gets exactly three calls for o
   const c = cap();
   const order: string[] = [];
   for (let i = 0; i < 40; i++) {
-    enqueue(queue, c, { id: 'heavy', weight: 3 }, 1, order);
-    enqueue(queue, c, { id: 'light', weight: 1 }, 1, order);
+    enqueue(queue, c, { id: 'heavy', weight: 3, label: 'heavy' }, 1, order);
+    enqueue(queue, c, { id: 'light', weight: 1, label: 'light' }, 1, order);
   }
   await settle();
   await release(queue, c, 16);
@@ -132,12 +132,12 @@ test('a full queue refuses the call with the highest tag: a flood cannot shut an
   const queue = new AdmissionQueue({ size: 3, clock, timers: clock });
   const c = cap();
   const order: string[] = [];
-  const crawler = enqueue(queue, c, { id: 'crawler', weight: 1 }, 3, order);
+  const crawler = enqueue(queue, c, { id: 'crawler', weight: 1, label: 'crawler' }, 3, order);
   await settle();
   // The crawler's own next call has the highest tag: refused at once, as before.
-  assert.deepEqual(await queue.admit({ id: 'crawler', weight: 1 }, c.tryAdmit, 1000), { admission: { kind: 'over_cap', waitMs: 100 }, waitedMs: 0 });
+  assert.deepEqual(await queue.admit({ id: 'crawler', weight: 1, label: 'crawler' }, c.tryAdmit, 1000), { admission: { kind: 'over_cap', waitMs: 100 }, waitedMs: 0 });
   // The app's call (tag 0) takes the place of the crawler's last (tag 2), which is refused.
-  const app = enqueue(queue, c, { id: 'app', weight: 1 }, 1, order);
+  const app = enqueue(queue, c, { id: 'app', weight: 1, label: 'app' }, 1, order);
   assert.deepEqual((await crawler[2])!.admission, { kind: 'over_cap', waitMs: 100 });
   assert.equal(queue.length, 3);
   await release(queue, c, 3);

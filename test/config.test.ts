@@ -408,6 +408,7 @@ describe('parseConfig: checks', () => {
       (r) => (r.upstreams.main.breaker = { half_open_after_ms: 5000, half_open_max_ms: 2000 }),
       'upstreams.main.breaker.half_open_max_ms: must be at least half_open_after_ms',
     ],
+    ['negative price_per_call', (r) => (r.upstreams.main.price_per_call = -1), 'upstreams.main.price_per_call: must be a number from 0 to 1000000000'],
     ['unknown throttle key', (r) => (r.upstreams.main.throttle = { ratio: 2 }), 'upstreams.main.throttle.ratio: unknown key'],
     ['throttle k under 1', (r) => (r.upstreams.main.throttle = { k: 0.5 }), 'upstreams.main.throttle.k: must be a number from 1 to 100'],
     ['throttle enabled not a boolean', (r) => (r.upstreams.main.throttle = { enabled: 'yes' }), 'upstreams.main.throttle.enabled: must be true or false'],

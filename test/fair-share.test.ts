@@ -105,7 +105,7 @@ test('fleet-wide: in Redis a place under the cap goes to the least-served payer 
   let lease = 0;
   const ask = (state: RedisProviderState, payer: string, weight = 1) => {
     const leaseId = `l${++lease}`;
-    const query = { upstream: 'main', scope: ANY, candidates: ['a'], cap, localCap: cap, leaseId, leaseMs: 60_000, payer: { id: payer, weight } };
+    const query = { upstream: 'main', scope: ANY, candidates: ['a'], cap, localCap: cap, leaseId, leaseMs: 60_000, payer: { id: payer, weight, label: payer } };
     return { leaseId, admitted: async () => (await state.admit(query)).kind === 'admitted', again: async () => (await state.admit(query)).kind === 'admitted' };
   };
   /** Ends a call and waits until Redis has it (commands on one connection run in order). */

@@ -23,7 +23,7 @@ const PROTECTION: ProviderProtectionConfig = {
 
 let lease = 0;
 function query(cap: CallCap, extra: Partial<AdmitQuery> = {}): AdmitQuery {
-  return { upstream: 'main', scope: ANY, candidates: ['a'], cap, localCap: cap, leaseId: `l${++lease}`, leaseMs: 6000, payer: { id: 'k', weight: 1 }, ...extra };
+  return { upstream: 'main', scope: ANY, candidates: ['a'], cap, localCap: cap, leaseId: `l${++lease}`, leaseMs: 6000, payer: { id: 'k', weight: 1, label: 'k' }, ...extra };
 }
 
 /** Admits one call and, when admitted, gives it its answer at once. */

@@ -20,9 +20,15 @@ test('one access line per request with the documented fields', async (t) => {
   assert.equal(typeof miss!.upstream_ms, 'number');
   assert.equal(typeof miss!.ms, 'number');
   assert.equal(miss!.key_id, 'alpha');
+  assert.equal(miss!.upstream_call, true);
   assert.equal(hit!.cache, 'hit');
   assert.equal(hit!.upstream, null);
   assert.equal(hit!.upstream_ms, null);
+  assert.equal(hit!.upstream_call, false);
+  // Exactly these fields, in this order: a field added by mistake (a key fragment, say) fails here.
+  const fields = ['level', 'time', 'service', 'req_id', 'method', 'path', 'route', 'status', 'cache', 'upstream', 'upstream_ms', 'upstream_call', 'ms', 'key_id', 'remote', 'user_agent', 'msg'];
+  assert.deepEqual(Object.keys(miss!), fields);
+  assert.deepEqual(Object.keys(hit!), fields);
 });
 
 test('a valid X-Request-Id is echoed; an invalid or missing one is replaced by a UUID', async (t) => {

@@ -122,6 +122,7 @@ const UPSTREAMS: ConfigKey[] = [
   { path: `${U}.connections`, type: 'integer', default: 64 },
   { path: `${U}.max_body_bytes`, type: 'integer', default: 8388608 },
   { path: `${U}.retry_after_default_seconds`, type: 'integer', default: 60 },
+  { path: `${U}.price_per_call`, type: 'number', readme: '-' },
   { path: `${U}.retries`, type: 'integer', default: 0 },
   { path: `${U}.retry_budget_percent`, type: 'number', default: 20 },
   { path: `${U}.retry_budget_min_per_second`, type: 'number', default: 1 },

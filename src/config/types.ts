@@ -259,6 +259,12 @@ export interface ProviderProtectionConfig {
    * no reset time. Default `86400`.
    */
   readonly usage_cap_seconds: number;
+  /**
+   * What one call to this upstream costs, in the operator's currency: with it, each client key's
+   * provider calls are also summed as `perch_key_upstream_spend_total`, for charge-back. A number
+   * from 0. Absent: no spend is counted.
+   */
+  readonly price_per_call?: number;
   /** Extra attempts after a connection error, timeout, 502, 503 or 504. Default `0`. */
   readonly retries: number;
   /** Retries allowed as a percentage of calls over the last 10 seconds. Default `20`. */

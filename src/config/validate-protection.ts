@@ -14,6 +14,7 @@ export function validateProtection(problems: Problems, raw: Record<string, unkno
   const quota = validateQuota(problems, field(raw, 'quota'), childPath(path, 'quota'));
   const scope = field(raw, 'cooldown_scope') ?? 'upstream';
   if (scope !== 'upstream' && scope !== 'endpoint') problems.add(childPath(path, 'cooldown_scope'), 'must be "upstream" or "endpoint"');
+  const price = readNumber(problems, raw, 'price_per_call', path, { min: 0, max: 1_000_000_000 });
   const backoff = int('retry_backoff_ms', 1, 60_000, 50);
   const backoffMax = int('retry_backoff_max_ms', 1, 600_000, 1000);
   if (backoffMax < backoff) problems.add(childPath(path, 'retry_backoff_max_ms'), 'must be at least retry_backoff_ms');
@@ -21,6 +22,7 @@ export function validateProtection(problems: Problems, raw: Record<string, unkno
     ...(rate === undefined ? {} : { max_requests_per_second: rate, burst: burst ?? burstDefault }),
     ...(maxConcurrent === undefined ? {} : { max_concurrent: maxConcurrent }),
     ...(quota === undefined ? {} : { quota }),
+    ...(price === undefined ? {} : { price_per_call: price }),
     queue_timeout_ms: int('queue_timeout_ms', 0, 600_000, 1000),
     queue_size: int('queue_size', 0, 1_000_000, 1000),
     redis_down_share: readNumber(problems, raw, 'redis_down_share', path, { min: 0.001, max: 1 }) ?? 1,

@@ -13,6 +13,8 @@ export interface AccessFields {
   readonly cache: string;
   readonly upstream: string | null;
   readonly upstream_ms: number | null;
+  /** Whether this request's miss made a provider call (its key paid for it). */
+  readonly upstream_call: boolean;
   readonly ms: number;
   readonly key_id: string | null;
   readonly remote: string | null;
@@ -41,7 +43,7 @@ export function createAccessLog(logger: Logger): (fields: AccessFields) => void 
   return (f) => {
     if (!logger.isLevelEnabled('info')) return;
     stream.write(
-      `${levelPrefix}${time()}${bindings},"req_id":${str(f.req_id)},"method":${str(f.method)},"path":${str(f.path)},"route":${raw(f.route)},"status":${f.status},"cache":"${f.cache}","upstream":${str(f.upstream)},"upstream_ms":${f.upstream_ms},"ms":${f.ms},"key_id":${str(f.key_id)},"remote":${str(f.remote)},"user_agent":${str(f.user_agent)},"msg":"request"${end}`,
+      `${levelPrefix}${time()}${bindings},"req_id":${str(f.req_id)},"method":${str(f.method)},"path":${str(f.path)},"route":${raw(f.route)},"status":${f.status},"cache":"${f.cache}","upstream":${str(f.upstream)},"upstream_ms":${f.upstream_ms},"upstream_call":${f.upstream_call},"ms":${f.ms},"key_id":${str(f.key_id)},"remote":${str(f.remote)},"user_agent":${str(f.user_agent)},"msg":"request"${end}`,
     );
   };
 }

@@ -34,6 +34,9 @@ export class PerchMetrics implements UpstreamEvents {
   readonly registry = new Registry();
   readonly #requests: FastCounter;
   readonly #keyRequests: FastCounter;
+  readonly #keySaved: FastCounter;
+  readonly #keyCalls: Counter;
+  readonly #keySpend: Counter;
   readonly #requestDuration: FastHistogram;
   readonly #upstreamRequests: Counter;
   readonly #upstreamDuration: Histogram;
@@ -76,6 +79,12 @@ export class PerchMetrics implements UpstreamEvents {
       'perch_key_requests_total',
       'Responses sent to authenticated clients, by client key id, status code and cache outcome.',
       ['key_id', 'status', 'cache'],
+      this.registry,
+    );
+    this.#keySaved = new FastCounter(
+      'perch_key_upstream_calls_saved_total',
+      "Provider calls a client key's requests did not need, by key id and reason: answered from the cache (hit), from a retained stale entry (stale), or by another request's call (coalesced).",
+      ['key_id', 'reason'],
       this.registry,
     );
     this.#requestDuration = new FastHistogram(
@@ -139,6 +148,18 @@ export class PerchMetrics implements UpstreamEvents {
       name: 'perch_upstream_breaker_state',
       help: "Each upstream breaker's state: 1 for the current state.",
       labelNames: ['upstream', 'state'],
+      registers,
+    });
+    this.#keyCalls = new Counter({
+      name: 'perch_key_upstream_calls_total',
+      help: "Provider calls a client key's misses made (retries and failover attempts included), by key id and upstream.",
+      labelNames: ['key_id', 'upstream'],
+      registers,
+    });
+    this.#keySpend = new Counter({
+      name: 'perch_key_upstream_spend_total',
+      help: "The upstream's price_per_call summed over the provider calls a client key's misses made, by key id and upstream.",
+      labelNames: ['key_id', 'upstream'],
       registers,
     });
     this.#retries = new Counter({
@@ -256,6 +277,7 @@ export class PerchMetrics implements UpstreamEvents {
    */
   keyRequest(keyId: string, status: number, cache: CacheOutcome): void {
     this.#keyRequests.inc(keyId, status, cache);
+    if (cache === 'hit' || cache === 'stale' || cache === 'coalesced') this.#keySaved.inc(keyId, cache);
   }
 
   /** A request perch refused with 429 under the client's plan. `keyId` is the configured id, never the secret. */
@@ -270,6 +292,12 @@ export class PerchMetrics implements UpstreamEvents {
 
   refused(upstream: string, route: EndpointName, reason: RefusalReason): void {
     this.#counter(this.#refused, `rf|${upstream}|${route}|${reason}`, { upstream, route, reason }).inc();
+  }
+
+  called(upstream: string, keyId: string, price: number | undefined): void {
+    if (keyId === '') return;
+    this.#counter(this.#keyCalls, `kc|${keyId}|${upstream}`, { key_id: keyId, upstream }).inc();
+    if (price !== undefined) this.#counter(this.#keySpend, `ks|${keyId}|${upstream}`, { key_id: keyId, upstream }).inc(price);
   }
 
   queued(upstream: string, seconds: number): void {
@@ -297,8 +325,8 @@ export class PerchMetrics implements UpstreamEvents {
     return { contentType: this.registry.contentType, body: await this.registry.metrics() };
   }
 
-  #counter(metric: Counter, key: string, labels: LabelValues<string>): { inc(): void } {
-    let child = this.#children.get(key) as { inc(): void } | undefined;
+  #counter(metric: Counter, key: string, labels: LabelValues<string>): { inc(value?: number): void } {
+    let child = this.#children.get(key) as { inc(value?: number): void } | undefined;
     if (child === undefined) {
       child = metric.labels(labels);
       this.#children.set(key, child);

@@ -57,6 +57,8 @@ interface Fetched {
   /** Absent when another instance fetched it and this one read the result from Redis. */
   readonly upstream?: string;
   readonly upstreamMs?: number;
+  /** Whether the provider was really called for it (an exchange, not only refusals). */
+  readonly called?: boolean;
 }
 
 /** Per-request facts gathered on the way, written once to the access log. */
@@ -73,6 +75,8 @@ interface Exchange {
   cache: CacheOutcome;
   upstream?: string;
   upstreamMs?: number;
+  /** This request's miss made a provider call: its key paid for it. */
+  upstreamCall?: boolean;
 }
 
 const NOT_FOUND_BODIES = {
@@ -177,7 +181,10 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     const viaRedis = fetched.upstream === undefined;
     x.cache = flight.leader && !viaRedis ? 'miss' : 'coalesced';
     x.upstream = fetched.upstream;
-    if (flight.leader) x.upstreamMs = fetched.upstreamMs;
+    if (flight.leader) {
+      x.upstreamMs = fetched.upstreamMs;
+      x.upstreamCall = fetched.called === true;
+    }
     const maxAge = fetched.stored ? deps.config.cache.ttl_seconds[request.endpoint] : 0;
     const headers = pushCachePolicy(base(x, ['cache-status', forwardCacheStatus(x.cache, fetched.stored, viaRedis)]), fetched.status, maxAge);
     if (fetched.retryAfterSeconds !== undefined) headers.push('retry-after', fetched.retryAfterSeconds);
@@ -231,8 +238,8 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     const ttl = deps.config.cache.ttl_seconds;
     // Before the fetch: a purge observed while it runs must keep its response out of the cache.
     const stamp = cache.generations.stamp(request.path);
-    const { result, upstream, ms } = await deps.upstreams.fetch(request, client && { id: client.id, key: client.key }, payer);
-    const via = { upstream, upstreamMs: ms };
+    const { result, upstream, ms, called } = await deps.upstreams.fetch(request, client && { id: client.id, key: client.key }, payer);
+    const via = { upstream, upstreamMs: ms, called };
     if (client !== undefined) deps.verifier?.judge(client, result);
     switch (result.kind) {
       case 'ok': {
@@ -276,7 +283,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
    * it (coalesced followers ride on the leader's), weighted by its plan's `provider_weight`.
    */
   function payerOf(client: Client): Payer {
-    return { id: client.id, weight: deps.config.rate_limits[client.plan]?.provider_weight ?? 1 };
+    return { id: client.id, weight: deps.config.rate_limits[client.plan]?.provider_weight ?? 1, label: client.metricsId ?? client.id };
   }
 
   /** Pass-through auth: the cache answers only keys the provider accepted lately (upstream-verifier.ts). */
@@ -325,6 +332,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
       cache: x.cache,
       upstream: x.upstream ?? null,
       upstream_ms: x.upstreamMs === undefined ? null : round(x.upstreamMs),
+      upstream_call: x.upstreamCall === true,
       ms: round(ms),
       key_id: x.client?.id ?? null,
       remote: x.req.socket.remoteAddress ?? null,

@@ -18,6 +18,11 @@ export type RetryDecision = 'retried' | 'budget_exhausted' | 'no_time' | 'exhaus
 export interface UpstreamEvents {
   /** A call perch did not make, and why. */
   refused(upstream: string, route: EndpointName, reason: RefusalReason): void;
+  /**
+   * A real call to the provider, for a client key's miss (`keyId`, its metrics label; `''` for
+   * perch's own), and what the upstream's `price_per_call` says it costs (absent: no price).
+   */
+  called(upstream: string, keyId: string, price: number | undefined): void;
   /** A call that waited in the cap's queue, for how long (admitted or not). */
   queued(upstream: string, seconds: number): void;
   /** A credential changed standing. */
@@ -33,6 +38,7 @@ export interface UpstreamEvents {
 /** Events nobody listens to, for tools and tests that need none. */
 export const NO_EVENTS: UpstreamEvents = {
   refused: () => {},
+  called: () => {},
   queued: () => {},
   credentialState: () => {},
   breakerState: () => {},

@@ -92,6 +92,7 @@ export function createGuard(options: GuardOptions): Guard {
       return refuse(attempt, REFUSAL[admission.state], secondsUntil(admission.untilMs, clock.now()));
     }
     if (admission.kind === 'over_cap') return refuse(attempt, 'over_cap', Math.max(1, Math.ceil(admission.waitMs / 1000)));
+    events.called(upstream, payer.label, config.price_per_call);
     try {
       const result = await next({ ...attempt, credential: own ?? credentials.get(admission.credential)! });
       return { ...result, credential: admission.credential };

@@ -15,6 +15,8 @@ export interface RoutedResult {
   readonly result: UpstreamResult;
   readonly upstream: string;
   readonly ms: number;
+  /** Whether any upstream of the route was really called (not every attempt refused). */
+  readonly called: boolean;
 }
 
 export interface UpstreamSetOptions {
@@ -69,11 +71,14 @@ export class UpstreamSet {
     try {
       const route = this.#routes[request.endpoint];
       let decided: RoutedResult | undefined;
+      let called = false;
       for (const [i, name] of route.entries()) {
         const started = performance.now();
         const attempt: Attempt = { request, deadline, ...(clientKey === undefined ? {} : { clientKey }), ...(payer === undefined ? {} : { payer }) };
         const result = await this.#upstreams.get(name)!.call(attempt);
-        const routed = { result, upstream: name, ms: performance.now() - started };
+        // A refusal is the one result no call came before: every other kind is a provider's answer.
+        called ||= result.kind !== 'refused';
+        const routed = { result, upstream: name, ms: performance.now() - started, called };
         if (result.kind !== 'refused') this.#metrics?.upstream(name, request.endpoint, result, routed.ms / 1000);
         decided = better(decided, routed);
         // A client's key the provider rejected is the client's answer: the next upstream would not
@@ -82,7 +87,7 @@ export class UpstreamSet {
         if (i < route.length - 1) this.#failover(name, request.endpoint, result, route[i + 1]!);
       }
       // Validation guarantees every route names at least one upstream.
-      return decided!;
+      return { ...decided!, called };
     } finally {
       if (--this.#inFlight === 0) this.#drained?.();
     }

@@ -99,6 +99,8 @@ export interface Attempt {
 export interface Payer {
   readonly id: string;
   readonly weight: number;
+  /** Its `key_id` in metrics: the configured id, or the one label all pass-through keys share. */
+  readonly label: string;
 }
 
 /** A provider credential: the headers sent with a call, named by an id safe to log. */

@@ -4,7 +4,7 @@ import type { Payer } from '../upstream.js';
 import type { Admission } from './provider-state.js';
 
 /** Calls perch makes for itself, with no client behind them, share one payer. */
-export const NO_PAYER: Payer = { id: '', weight: 1 };
+export const NO_PAYER: Payer = { id: '', weight: 1, label: '' };
 
 interface Waiter {
   readonly payer: Payer;
