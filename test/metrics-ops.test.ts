@@ -138,3 +138,27 @@ test('the Grafana dashboard queries only exported metrics and never mixes units 
     assert.ok(!(units.has('bytes') && units.has('seconds')), `${panel.title} mixes bytes and seconds`);
   }
 });
+
+test('deploy/alerts.yml passes promtool check rules, and its unit tests (deploy/alerts.test.yml) pass', T, async (t) => {
+  const bin = promtool();
+  if (bin === undefined) {
+    assert.notEqual(process.env.PERCH_REQUIRE_PROMTOOL, '1', 'promtool is required but not on PATH');
+    t.skip('promtool is not installed (Debian package "prometheus"; .ci/run installs it)');
+    return;
+  }
+  const deploy = fileURLToPath(new URL('../../deploy/', import.meta.url));
+  const checked = spawnSync(bin, ['check', 'rules', 'alerts.yml'], { cwd: deploy, encoding: 'utf8', timeout: 10_000 });
+  assert.equal(checked.status, 0, `promtool check rules:\n${checked.stdout}${checked.stderr}`);
+  assert.match(checked.stdout, /SUCCESS: 2 rules found/);
+  const tested = spawnSync(bin, ['test', 'rules', 'alerts.test.yml'], { cwd: deploy, encoding: 'utf8', timeout: 10_000 });
+  assert.equal(tested.status, 0, `promtool test rules:\n${tested.stdout}${tested.stderr}`);
+  // The rules read series perch exports: a renamed metric would leave them silent for ever.
+  const perch = await startPerch(t, testConfig('demo: { kind: fixture }'));
+  const exported = new Set([...(await scrape(perch.url)).matchAll(/^# TYPE (\w+) (\w+)$/gm)].flatMap(([, name, type]) =>
+    type === 'histogram' ? [`${name}_count`, `${name}_sum`, `${name}_bucket`] : [name!],
+  ));
+  const rules = readFileSync(new URL('../../deploy/alerts.yml', import.meta.url), 'utf8');
+  const used = rules.match(/perch_[a-z_]+/g) ?? [];
+  assert.deepEqual([...new Set(used)].sort(), ['perch_key_upstream_calls_total', 'perch_upstream_queue_wait_seconds_count', 'perch_upstream_refused_total']);
+  for (const series of used) assert.ok(exported.has(series), `${series} is not a metric perch exports`);
+});
