@@ -74,6 +74,9 @@ const KEYS: ConfigKey[] = [
   { path: 'rate_limits.<plan>.refill_per_second', type: 'number', required: true },
   { path: 'rate_limits.<plan>.cost_of_hit', type: 'integer', default: 1 },
   { path: 'rate_limits.<plan>.provider_weight', type: 'number', default: 1 },
+  { path: 'rate_limits.<plan>.provider_calls', type: 'object', row: false },
+  { path: 'rate_limits.<plan>.provider_calls.limit', type: 'integer', required: true, readme: 'required with `provider_calls`' },
+  { path: 'rate_limits.<plan>.provider_calls.window', type: 'string', enum: ['hour', 'day', 'month'], required: true, readme: 'required with `provider_calls`' },
 ];
 
 /** The keys of a Redis section (`cache.redis`, `rate_limits_redis`): the same for both. */

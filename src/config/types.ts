@@ -158,6 +158,19 @@ export interface RateLimitPlan {
    * Positive number, 0.001-1000. Default `1`.
    */
   readonly provider_weight: number;
+  /**
+   * How many provider calls one key of this plan may make in the current UTC calendar window;
+   * past it the key's misses get 429 until the window ends. Absent: no budget.
+   */
+  readonly provider_calls?: ProviderCallBudget;
+}
+
+/** A plan's budget of provider calls per key: `limit` calls per calendar `window` (UTC). */
+export interface ProviderCallBudget {
+  /** Calls per window, a positive integer. */
+  readonly limit: number;
+  /** `hour`, `day` or `month`, in UTC: a window ends at the next hour, midnight or first of the month. */
+  readonly window: 'hour' | 'day' | 'month';
 }
 
 export type UpstreamConfig = V1UpstreamConfig | XV2UpstreamConfig | FixtureUpstreamConfig;

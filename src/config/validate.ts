@@ -1,6 +1,6 @@
 import { keysUnder } from './config-keys.js';
 import { ENDPOINT_NAMES, type EndpointName } from '../endpoints.js';
-import type { CacheConfig, Config, LogConfig, MetricsConfig, RateLimitPlan, UpstreamConfig } from './types.js';
+import type { CacheConfig, Config, LogConfig, MetricsConfig, ProviderCallBudget, RateLimitPlan, UpstreamConfig } from './types.js';
 import {
   NAME_PATTERN,
   Problems,
@@ -102,10 +102,26 @@ function validateRateLimits(problems: Problems, raw: unknown): Record<string, Ra
           refill_per_second: readPositiveNumber(problems, plan, 'refill_per_second', at),
           cost_of_hit: readInteger(problems, plan, 'cost_of_hit', at, { min: 0, max: 1, fallback: 1, expected: '0 or 1' }) as 0 | 1,
           provider_weight: field(plan, 'provider_weight') === undefined ? 1 : readWeight(problems, plan, at),
+          ...readBudget(problems, plan, at),
         },
       ];
     }),
   );
+}
+
+function readBudget(problems: Problems, plan: Record<string, unknown>, path: string): { provider_calls?: ProviderCallBudget } {
+  const raw = field(plan, 'provider_calls');
+  if (raw === undefined) return {};
+  const at = childPath(path, 'provider_calls');
+  if (!isMapping(raw)) {
+    problems.add(at, 'must be a mapping with limit and window');
+    return {};
+  }
+  checkKeys(problems, raw, at, keysUnder('rate_limits.<plan>.provider_calls'));
+  const limit = readInteger(problems, raw, 'limit', at, { min: 1, fallback: 1, required: true, expected: 'a positive integer' });
+  if (field(raw, 'window') === undefined) problems.add(childPath(at, 'window'), 'is required (hour, day or month)');
+  const window = readChoice(problems, raw, 'window', at, ['hour', 'day', 'month'] as const, 'day');
+  return { provider_calls: { limit, window } };
 }
 
 function readWeight(problems: Problems, plan: Record<string, unknown>, path: string): number {

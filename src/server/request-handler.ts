@@ -283,7 +283,9 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
    * it (coalesced followers ride on the leader's), weighted by its plan's `provider_weight`.
    */
   function payerOf(client: Client): Payer {
-    return { id: client.id, weight: deps.config.rate_limits[client.plan]?.provider_weight ?? 1, label: client.metricsId ?? client.id };
+    const plan = deps.config.rate_limits[client.plan];
+    const payer = { id: client.id, weight: plan?.provider_weight ?? 1, label: client.metricsId ?? client.id };
+    return plan?.provider_calls === undefined ? payer : { ...payer, budget: plan.provider_calls };
   }
 
   /** Pass-through auth: the cache answers only keys the provider accepted lately (upstream-verifier.ts). */

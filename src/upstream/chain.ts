@@ -4,6 +4,7 @@ import type { UpstreamConfig } from '../config/types.js';
 import type { Logger } from '../observability/logger.js';
 import type { Timers } from '../timers.js';
 import { createBreaker } from './breaker.js';
+import { createBudget } from './budget.js';
 import { createCredentialPool } from './credential-pool.js';
 import { NO_EVENTS, type BreakerState, type CredentialState, type UpstreamEvents } from './events.js';
 import { createFixtureUpstream } from './fixture/fixture-upstream.js';
@@ -47,12 +48,14 @@ export interface ChainOptions {
 
 /**
  * The layers of an upstream, outermost first: client key (pass-through auth only) -> breaker ->
- * throttle -> retry -> credential pool -> guard -> the provider's dialect (`v1` or `x_v2`: the
- * layers are the same). The guard sits closest to the wire because every real call, retries and
- * credential switches included, must pass the cap and the provider's stops; the breaker sits
- * outermost so that an upstream known to be down costs nothing at all, and the throttle under it
- * so that its probe is never shed, and above the retries so that a shed request is not retried.
- * The fixture needs none of it: it is code in this process, with no account to protect.
+ * throttle -> retry -> credential pool -> budget -> guard -> the provider's dialect (`v1` or
+ * `x_v2`: the layers are the same). The guard sits closest to the wire because every real call,
+ * retries and credential switches included, must pass the cap and the provider's stops; the
+ * budget sits on it so that every real call, and only a real call, counts against the paying
+ * key's `provider_calls`. The breaker sits outermost so that an upstream known to be down costs
+ * nothing at all, and the throttle under it so that its probe is never shed, and above the
+ * retries so that a shed request is not retried. The fixture needs none of it: it is code in
+ * this process, with no account to protect.
  */
 export function buildUpstream(name: string, config: UpstreamConfig, options: ChainOptions): BuiltUpstream {
   if (config.kind === 'fixture') {
@@ -89,7 +92,7 @@ export function buildUpstream(name: string, config: UpstreamConfig, options: Cha
   for (const credential of config.credentials) events.credentialState(name, credential.id, 'active');
   events.breakerState(name, 'closed');
   const guard = createGuard({ upstream: name, config, state, clock, timers, events });
-  const call = compose([forwardClientKey(config.kind), breaker.layer, throttle.layer, createRetry({ upstream: name, config, clock, timers, events }), pool.layer, guard.layer], provider.call);
+  const call = compose([forwardClientKey(config.kind), breaker.layer, throttle.layer, createRetry({ upstream: name, config, clock, timers, events }), pool.layer, createBudget({ upstream: name, state, clock, events }), guard.layer], provider.call);
 
   function status(): UpstreamStatus {
     const credentials = pool.standing();

@@ -1,3 +1,4 @@
+import type { ProviderCallBudget } from '../config/types.js';
 import type { EndpointRequest } from '../endpoints.js';
 
 /**
@@ -19,16 +20,17 @@ export interface ProviderLimit {
  * - `breaker_open`: the upstream keeps failing, so it is not called until its half-open probe;
  * - `throttled`: the upstream fails part of its calls, and the adaptive throttle sheds the share
  *   it would likely fail too (throttle.ts);
- * - `no_credential`: every credential was rejected (401/403) and left the rotation.
+ * - `no_credential`: every credential was rejected (401/403) and left the rotation;
+ * - `budget_spent`: the client key's plan allows no more provider calls in this calendar window.
  */
-export type RefusalReason = 'cooling_down' | 'usage_capped' | 'over_cap' | 'breaker_open' | 'throttled' | 'no_credential';
+export type RefusalReason = 'cooling_down' | 'usage_capped' | 'over_cap' | 'breaker_open' | 'throttled' | 'no_credential' | 'budget_spent';
 
 /**
  * The refusals that are a "wait": the client may come back after `retryAfterSeconds` (429 with
  * Retry-After). The others say the upstream cannot serve now (502), with no time to give.
  */
 export function isWaitRefusal(reason: RefusalReason): boolean {
-  return reason === 'cooling_down' || reason === 'usage_capped' || reason === 'over_cap';
+  return reason === 'cooling_down' || reason === 'usage_capped' || reason === 'over_cap' || reason === 'budget_spent';
 }
 
 /** What made a 429-like answer: a plain 429, a 503 with Retry-After, or the spent usage cap. */
@@ -101,6 +103,8 @@ export interface Payer {
   readonly weight: number;
   /** Its `key_id` in metrics: the configured id, or the one label all pass-through keys share. */
   readonly label: string;
+  /** Its plan's `provider_calls`: how many provider calls it may make per calendar window. */
+  readonly budget?: ProviderCallBudget;
 }
 
 /** A provider credential: the headers sent with a call, named by an id safe to log. */

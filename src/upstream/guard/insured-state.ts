@@ -1,7 +1,7 @@
 import type { Logger } from '../../observability/logger.js';
 import type { Breaker } from '../../redis/breaker.js';
 import type { MemoryProviderState } from './memory-state.js';
-import type { Admission, AdmitQuery, OutcomeReport, OutcomeTotals, ProviderState, Stop, StopState } from './provider-state.js';
+import type { Admission, AdmitQuery, OutcomeReport, OutcomeTotals, ProviderState, Spend, SpendQuery, Stop, StopState } from './provider-state.js';
 import type { RedisProviderState } from './redis-state.js';
 
 /**
@@ -55,6 +55,26 @@ export class InsuredProviderState implements ProviderState {
       }
       return this.#memory.admit({ ...query, cap: query.localCap });
     }
+  }
+
+  /** Budgets are the fleet's while Redis answers; while it does not, each instance counts its own. */
+  spend(query: SpendQuery): Spend | Promise<Spend> {
+    if (!this.#breaker.allow()) return this.#memory.spend(query);
+    return this.#redis.spend(query).then(
+      (spend) => {
+        this.#breaker.success();
+        return spend;
+      },
+      () => {
+        this.#breaker.failure();
+        return this.#memory.spend(query);
+      },
+    );
+  }
+
+  refund(query: SpendQuery): void {
+    this.#memory.refund(query);
+    if (this.#breaker.state === 'closed') this.#redis.refund(query);
   }
 
   /** The throttle goes on with this instance's own counts while Redis is away. */

@@ -1,5 +1,5 @@
 import type { Clock } from '../../clock.js';
-import { stopKeysFor, type Admission, type AdmitQuery, type CallCap, type ProviderState, type Stop, type StopState } from './provider-state.js';
+import { stopKeysFor, type Admission, type AdmitQuery, type CallCap, type ProviderState, type Spend, type SpendQuery, type Stop, type StopState } from './provider-state.js';
 
 /** Slack for floating-point refills, as in the client token buckets. */
 const EPSILON = 1e-9;
@@ -31,6 +31,8 @@ export class MemoryProviderState implements ProviderState {
   readonly #clock: Clock;
   readonly #stops = new Map<string, { untilMs: number; state: StopState }>();
   readonly #ledgers = new Map<string, Ledger>();
+  /** Calls counted per key and budget window, dropped once their window has ended. */
+  readonly #budgets = new Map<string, { used: number; endMs: number }>();
 
   constructor(clock: Clock) {
     this.#clock = clock;
@@ -62,6 +64,29 @@ export class MemoryProviderState implements ProviderState {
       else if (earliest === undefined || stop.untilMs < earliest.untilMs) earliest = stop;
     }
     return earliest === undefined ? { candidates } : { candidates, earliest };
+  }
+
+  spend(query: SpendQuery): Spend {
+    const key = `${query.keyId}\n${query.startMs}`;
+    let budget = this.#budgets.get(key);
+    if (budget === undefined) {
+      this.#forgetEndedBudgets();
+      budget = { used: 0, endMs: query.endMs };
+      this.#budgets.set(key, budget);
+    }
+    if (budget.used >= query.limit) return { allowed: false, used: budget.used };
+    budget.used++;
+    return { allowed: true, used: budget.used };
+  }
+
+  refund(query: SpendQuery): void {
+    const budget = this.#budgets.get(`${query.keyId}\n${query.startMs}`);
+    if (budget !== undefined && budget.used > 0) budget.used--;
+  }
+
+  #forgetEndedBudgets(): void {
+    const now = this.#clock.now();
+    for (const [key, budget] of this.#budgets) if (budget.endMs <= now) this.#budgets.delete(key);
   }
 
   /** One process is no fleet: the throttle's own counts are the whole window. */

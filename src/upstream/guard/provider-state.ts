@@ -77,6 +77,20 @@ export interface OutcomeReport {
   readonly deltas: readonly (readonly [number, number, number])[];
 }
 
+/** One provider call charged to a client key's budget for the calendar window `[startMs, endMs)`. */
+export interface SpendQuery {
+  readonly keyId: string;
+  readonly startMs: number;
+  readonly endMs: number;
+  readonly limit: number;
+}
+
+/** Whether the call fits the budget (then it is counted), and the calls counted in the window. */
+export interface Spend {
+  readonly allowed: boolean;
+  readonly used: number;
+}
+
 /** Where a throttle's window is shared with the fleet. */
 export interface OutcomeShare {
   /**
@@ -93,6 +107,13 @@ export interface OutcomeShare {
  * throttle's window is shared the same way (`exchange`).
  */
 export interface ProviderState extends OutcomeShare {
+  /**
+   * Counts one call against a key's budget if it has room, in one atomic step: fleet-wide and
+   * kept across restarts in Redis, per instance in memory.
+   */
+  spend(query: SpendQuery): Spend | Promise<Spend>;
+  /** Gives back a call counted by `spend` that was not made after all. */
+  refund(query: SpendQuery): void;
   admit(query: AdmitQuery): Admission | Promise<Admission>;
   /**
    * An admitted call has its answer. A call counts in the rate and quota windows from its

@@ -6,6 +6,8 @@ import {
   type OutcomeReport,
   type OutcomeTotals,
   type ProviderState,
+  type Spend,
+  type SpendQuery,
   type Stop,
   type StopState,
 } from './provider-state.js';
@@ -213,7 +215,29 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {accepts, failures, stored}
 `;
 
+/**
+ * One call against a key's budget for a calendar window, only if it has room. The key expires a
+ * day after its window ends, so a restart within the window finds the count, and nothing lingers.
+ * The expiry is relative, from the caller's clock, as the windows are.
+ * KEYS[1] the window's count; ARGV limit, time to live (ms).
+ */
+const SPEND_SCRIPT = `
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+if used >= tonumber(ARGV[1]) then return {0, used} end
+used = redis.call('INCR', KEYS[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {1, used}
+`;
+
+/** Gives one call back, never below 0. KEYS[1] the window's count. */
+const REFUND_SCRIPT = `
+if tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then return redis.call('DECR', KEYS[1]) end
+return 0
+`;
+
 const ADMIT = 'perchAdmitCall';
+const SPEND = 'perchSpendBudget';
+const REFUND = 'perchRefundBudget';
 const OUTCOMES = 'perchThrottleOutcomes';
 const LIFT = 'perchLiftStop';
 const FINISH = 'perchFinishCall';
@@ -225,6 +249,8 @@ interface WithScripts {
   [FINISH](recent: string, quota: string, leases: string, lease: string): Promise<number>;
   [LIFT](key: string, state: string): Promise<number>;
   [OUTCOMES](key: string, ...args: (string | number)[]): Promise<[number, number, number]>;
+  [SPEND](key: string, limit: number, ttlMs: number): Promise<[number, number]>;
+  [REFUND](key: string): Promise<number>;
 }
 
 /**
@@ -247,6 +273,8 @@ export class RedisProviderState implements ProviderState {
     client.defineCommand(FINISH, { numberOfKeys: 3, lua: FINISH_SCRIPT });
     client.defineCommand(LIFT, { numberOfKeys: 1, lua: LIFT_SCRIPT });
     client.defineCommand(OUTCOMES, { numberOfKeys: 1, lua: OUTCOMES_SCRIPT });
+    client.defineCommand(SPEND, { numberOfKeys: 1, lua: SPEND_SCRIPT });
+    client.defineCommand(REFUND, { numberOfKeys: 1, lua: REFUND_SCRIPT });
     this.#scripts = client as unknown as WithScripts;
     this.#prefix = options.prefix;
     this.#clockNow = options.now;
@@ -319,6 +347,22 @@ export class RedisProviderState implements ProviderState {
       ...deltas.flat(),
     );
     return { accepts: Number(accepts), failures: Number(failures), epoch: Number(stored) };
+  }
+
+  async spend(query: SpendQuery): Promise<Spend> {
+    const ttlMs = Math.max(1, query.endMs - this.#clockNow()) + 86_400_000;
+    const [allowed, used] = await this.#scripts[SPEND](this.#budgetKey(query), query.limit, ttlMs);
+    return { allowed: Number(allowed) === 1, used: Number(used) };
+  }
+
+  refund(query: SpendQuery): void {
+    // Not awaited: a lost refund counts one call too many, which errs on the provider's side.
+    this.#scripts[REFUND](this.#budgetKey(query)).catch(() => undefined);
+  }
+
+  /** Per key, with the key id as its Cluster hash tag: one key's windows share a node. */
+  #budgetKey(query: SpendQuery): string {
+    return `${this.#prefix}budget:{${query.keyId}}:${query.startMs}`;
   }
 
   async close(): Promise<void> {}

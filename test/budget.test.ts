@@ -1,0 +1,94 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { Redis } from 'ioredis';
+import { parseConfig } from '../src/config/load.js';
+import { budgetWindow } from '../src/upstream/budget.js';
+import { ManualClock } from './helpers/clock.js';
+import { KEY, metric, OTHER_KEY, startPerch, testConfig, v1 } from './helpers/perch.js';
+import { startRedis } from './helpers/redis-server.js';
+import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
+
+// Provider-call budgets per key over UTC calendar windows (rate_limits.<plan>.provider_calls).
+
+const E429 = { error: { message: 'Rate limit exceeded. Please try again later.', code: 'E429' } };
+
+/** testConfig with alpha's plan given `provider_calls` (bravo keeps a plan without a budget). */
+function withBudget(upstreams: string, budget: string, extra = ''): string {
+  const yaml = testConfig(upstreams, extra)
+    .replace(`{ id: alpha, key: "${KEY}", plan: big }`, `{ id: alpha, key: "${KEY}", plan: metered }`)
+    .replace('rate_limits:\n', `rate_limits:\n  metered: { capacity: 100000, refill_per_second: 100000, provider_calls: ${budget} }\n`);
+  assert.match(yaml, /plan: metered \}/);
+  return yaml;
+}
+
+test('calendar windows in UTC: an hour, a day, a month, each from its first millisecond', () => {
+  const at = (iso: string) => Date.parse(iso);
+  assert.deepEqual(budgetWindow('hour', at('2026-03-31T23:59:59.999Z')), { startMs: at('2026-03-31T23:00:00Z'), endMs: at('2026-04-01T00:00:00Z') });
+  assert.deepEqual(budgetWindow('hour', at('2026-04-01T00:00:00Z')), { startMs: at('2026-04-01T00:00:00Z'), endMs: at('2026-04-01T01:00:00Z') });
+  assert.deepEqual(budgetWindow('day', at('2026-12-31T12:00:00Z')), { startMs: at('2026-12-31T00:00:00Z'), endMs: at('2027-01-01T00:00:00Z') });
+  assert.deepEqual(budgetWindow('month', at('2028-02-29T23:00:00Z')), { startMs: at('2028-02-01T00:00:00Z'), endMs: at('2028-03-01T00:00:00Z') });
+  assert.deepEqual(budgetWindow('month', at('2026-12-15T00:00:00Z')), { startMs: at('2026-12-01T00:00:00Z'), endMs: at('2027-01-01T00:00:00Z') });
+});
+
+test('a spent budget answers 429 with Retry-After to the window\'s end, costs hits nothing, and resets exactly at the hour', { timeout: 20_000 }, async (t) => {
+  const clock = new ManualClock(Date.parse('2026-01-01T10:00:00Z'));
+  const upstream = await startUpstream(t, sampleProvider);
+  const perch = await startPerch(t, withBudget(v1('main', upstream.url), '{ limit: 3, window: hour }'), { clock });
+  for (const id of [1, 2, 3]) assert.equal((await perch.request(`/v1/users/${id}`)).status, 200);
+  assert.equal((await perch.request('/v1/users/1')).status, 200, 'a hit spends no provider call');
+  clock.advance(15 * 60_000);
+  const spent = await perch.request('/v1/users/4');
+  assert.deepEqual([spent.status, spent.json(), spent.headers.get('retry-after')], [429, E429, '2700']);
+  assert.equal((await perch.request('/v1/users/5', { key: OTHER_KEY })).status, 200, 'a plan without a budget is not held back');
+  assert.equal(upstream.requests.length, 4);
+  clock.advance(45 * 60_000 - 1);
+  assert.deepEqual([(await perch.request('/v1/users/6')).status, upstream.requests.length], [429, 4]);
+  clock.advance(1);
+  assert.equal((await perch.request('/v1/users/7')).status, 200, 'a new hour, a new budget');
+  assert.equal(upstream.requests.length, 5);
+  assert.equal(await metric(perch, 'perch_upstream_refused_total{upstream="main",route="user",reason="budget_spent"}'), 2);
+});
+
+test('a call the guard refuses is given back to the budget', { timeout: 20_000 }, async (t) => {
+  const clock = new ManualClock(Date.parse('2026-01-01T10:00:00Z'));
+  const upstream = await startUpstream(t, sampleProvider);
+  const cap = 'max_requests_per_second: 0.001, burst: 1, queue_timeout_ms: 0';
+  const perch = await startPerch(t, withBudget(v1('main', upstream.url, cap), '{ limit: 2, window: day }'), { clock, timers: clock });
+  assert.equal((await perch.request('/v1/users/1')).status, 200);
+  assert.equal((await perch.request('/v1/users/2')).status, 429, 'the call cap: no call, no charge');
+  clock.advance(1_000_000);
+  assert.equal((await perch.request('/v1/users/3')).status, 200, 'the second call of the budget');
+  clock.advance(1_000_000);
+  const spent = await perch.request('/v1/users/4');
+  assert.deepEqual([spent.status, upstream.requests.length], [429, 2]);
+  assert.equal(await metric(perch, 'perch_upstream_refused_total{upstream="main",route="user",reason="budget_spent"}'), 1);
+});
+
+test('with Redis the budget is the fleet\'s and outlives a restart', { timeout: 20_000 }, async (t) => {
+  const clock = new ManualClock(Date.parse('2026-01-01T10:00:00Z'));
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const yaml = withBudget(v1('main', upstream.url), '{ limit: 2, window: month }', `rate_limits_redis: { url: "${redis.url}", command_timeout_ms: 2000 }`);
+  const a = await startPerch(t, yaml, { clock });
+  const b = await startPerch(t, yaml, { clock });
+  assert.equal((await a.request('/v1/users/1')).status, 200);
+  assert.equal((await b.request('/v1/users/2')).status, 200);
+  const spent = await a.request('/v1/users/3');
+  // 31 days of January less 10 hours.
+  assert.deepEqual([spent.status, spent.headers.get('retry-after')], [429, String(31 * 86_400 - 10 * 3600)]);
+  const inspector = new Redis(redis.url);
+  t.after(() => inspector.disconnect());
+  assert.equal(await inspector.get(`perch:budget:{alpha}:${Date.parse('2026-01-01T00:00:00Z')}`), '2');
+  const restarted = await startPerch(t, yaml, { clock });
+  assert.equal((await restarted.request('/v1/users/4')).status, 429, 'a fresh instance finds the count in Redis');
+  assert.equal(upstream.requests.length, 2);
+});
+
+test('bad budgets are configuration errors that name the key', () => {
+  const yaml = (budget: string) => withBudget('demo: { kind: fixture }', budget);
+  assert.throws(() => parseConfig(yaml('{ limit: 10, window: week }'), {}), /rate_limits\.metered\.provider_calls\.window: must be one of hour, day, month/);
+  assert.throws(() => parseConfig(yaml('{ limit: 0, window: day }'), {}), /rate_limits\.metered\.provider_calls\.limit: must be a positive integer/);
+  assert.throws(() => parseConfig(yaml('{ limit: 10 }'), {}), /rate_limits\.metered\.provider_calls\.window: is required/);
+  assert.throws(() => parseConfig(yaml('{ limit: 10, window: day, burst: 2 }'), {}), /rate_limits\.metered\.provider_calls\.burst: unknown key/);
+  assert.deepEqual(parseConfig(yaml('{ limit: 10, window: day }'), {}).rate_limits.metered!.provider_calls, { limit: 10, window: 'day' });
+});
