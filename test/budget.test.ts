@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Redis } from 'ioredis';
 import { parseConfig } from '../src/config/load.js';
-import { budgetWindow } from '../src/upstream/budget.js';
+import { budgetWindow } from '../src/upstream/budget-window.js';
 import { ManualClock } from './helpers/clock.js';
 import { KEY, metric, OTHER_KEY, startPerch, testConfig, v1 } from './helpers/perch.js';
 import { startRedis } from './helpers/redis-server.js';
@@ -91,4 +91,30 @@ test('bad budgets are configuration errors that name the key', () => {
   assert.throws(() => parseConfig(yaml('{ limit: 10 }'), {}), /rate_limits\.metered\.provider_calls\.window: is required/);
   assert.throws(() => parseConfig(yaml('{ limit: 10, window: day, burst: 2 }'), {}), /rate_limits\.metered\.provider_calls\.burst: unknown key/);
   assert.deepEqual(parseConfig(yaml('{ limit: 10, window: day }'), {}).rate_limits.metered!.provider_calls, { limit: 10, window: 'day' });
+});
+
+test('the budget is a second IETF policy, "provider", and a gauge; the status page shows what is left', { timeout: 20_000 }, async (t) => {
+  const clock = new ManualClock(Date.parse('2026-01-01T10:00:00Z'));
+  const upstream = await startUpstream(t, sampleProvider);
+  const admin = 'admin: { keys: [{ id: ops, key: "admin-key-0123456789abcdef" }], status_page: true }';
+  const perch = await startPerch(t, withBudget(v1('main', upstream.url), '{ limit: 5, window: day }', admin), { clock });
+  const before = await perch.request('/v1/users/1/tweets?count=5', { method: 'GET' });
+  // Before the first call of the day this instance knows of 5 left; the answer counts its own call.
+  assert.equal(before.headers.get('ratelimit-policy'), '"metered";q=100000;w=1, "provider";q=5;w=86400');
+  assert.equal(before.headers.get('ratelimit'), '"metered";r=99999;t=1, "provider";r=4;t=50400');
+  const hit = await perch.request('/v1/users/1/tweets?count=5');
+  assert.equal(hit.headers.get('ratelimit'), '"metered";r=99998;t=1, "provider";r=4;t=50400', 'a hit spends none');
+  const plain = await perch.request('/v1/users/2', { key: OTHER_KEY });
+  assert.equal(plain.headers.get('ratelimit-policy'), '"big";q=100000;w=1', 'no budget, no second policy');
+  assert.equal(await metric(perch, 'perch_key_provider_budget_remaining{key_id="alpha"}'), 4);
+  assert.equal(await metric(perch, 'perch_key_provider_budget_limit{key_id="alpha"}'), 5);
+  const status = await fetch(`${perch.url}/status.json`, { headers: { 'x-api-key': 'admin-key-0123456789abcdef' } });
+  const keys = ((await status.json()) as { keys: { id: string; upstream_calls: number; saved_calls: number; budget_left: number | null }[] }).keys;
+  assert.deepEqual(
+    keys.map((k) => [k.id, k.upstream_calls, k.saved_calls, k.budget_left]),
+    [
+      ['alpha', 1, 1, 4],
+      ['bravo', 1, 0, null],
+    ],
+  );
 });

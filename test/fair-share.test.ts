@@ -157,3 +157,32 @@ test('fleet-wide: in Redis a place under the cap goes to the least-served payer 
   }
   assert.deepEqual(order, ['heavy', 'light', 'heavy', 'heavy', 'heavy', 'light', 'heavy', 'heavy']);
 });
+
+test('fleet-wide, end to end: a crawler queued on instance A yields the next call to an app waiting on instance B', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const held: (() => void)[] = [];
+  const upstream = await startUpstream(t, (req, res) => held.push(() => sampleProvider(req, res)));
+  // max_concurrent 1: a place frees when the call in flight is answered, so the test orders calls.
+  const cap = `max_concurrent: 1, queue_timeout_ms: 15000`;
+  const yaml = `${config(upstream.url, cap)}rate_limits_redis: { url: "${redis.url}", command_timeout_ms: 2000 }\n`;
+  const a = await startPerch(t, yaml);
+  const b = await startPerch(t, yaml);
+  const crawler = [1, 2, 3].map((id) => a.request(`/v1/users/${id}`));
+  await waitFor(() => upstream.requests.length === 1);
+  await waitFor(() => a.received() === 3);
+  const app = b.request('/v1/users/100', { key: OTHER_KEY });
+  await waitFor(() => b.received() === 1);
+  // B's ask has reached Redis: the app is registered as waiting before the place frees.
+  const inspector = new Redis(redis.url);
+  t.after(() => inspector.disconnect());
+  await waitFor(async () => (await inspector.zscore('perch:{up:main}:fairq', 'app')) !== null);
+  for (let calls = 1; calls <= 4; calls++) {
+    await waitFor(() => upstream.requests.length === calls && held.length === 1);
+    held.shift()!();
+  }
+  assert.deepEqual(
+    (await Promise.all([...crawler, app])).map((r) => r.status),
+    [200, 200, 200, 200],
+  );
+  assert.deepEqual(ids(upstream), [1, 100, 2, 3]);
+});

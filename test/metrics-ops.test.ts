@@ -149,7 +149,7 @@ test('deploy/alerts.yml passes promtool check rules, and its unit tests (deploy/
   const deploy = fileURLToPath(new URL('../../deploy/', import.meta.url));
   const checked = spawnSync(bin, ['check', 'rules', 'alerts.yml'], { cwd: deploy, encoding: 'utf8', timeout: 10_000 });
   assert.equal(checked.status, 0, `promtool check rules:\n${checked.stdout}${checked.stderr}`);
-  assert.match(checked.stdout, /SUCCESS: 2 rules found/);
+  assert.match(checked.stdout, /SUCCESS: 3 rules found/);
   const tested = spawnSync(bin, ['test', 'rules', 'alerts.test.yml'], { cwd: deploy, encoding: 'utf8', timeout: 10_000 });
   assert.equal(tested.status, 0, `promtool test rules:\n${tested.stdout}${tested.stderr}`);
   // The rules read series perch exports: a renamed metric would leave them silent for ever.
@@ -159,6 +159,12 @@ test('deploy/alerts.yml passes promtool check rules, and its unit tests (deploy/
   ));
   const rules = readFileSync(new URL('../../deploy/alerts.yml', import.meta.url), 'utf8');
   const used = rules.match(/perch_[a-z_]+/g) ?? [];
-  assert.deepEqual([...new Set(used)].sort(), ['perch_key_upstream_calls_total', 'perch_upstream_queue_wait_seconds_count', 'perch_upstream_refused_total']);
+  assert.deepEqual([...new Set(used)].sort(), [
+    'perch_key_provider_budget_limit',
+    'perch_key_provider_budget_remaining',
+    'perch_key_upstream_calls_total',
+    'perch_upstream_queue_wait_seconds_count',
+    'perch_upstream_refused_total',
+  ]);
   for (const series of used) assert.ok(exported.has(series), `${series} is not a metric perch exports`);
 });

@@ -47,7 +47,7 @@ test('the status page, in a real browser: asks for the admin key, then shows ups
   await page.locator('#upstreams tr[data-name="demo"]').waitFor();
   assert.deepEqual(await page.locator('#upstreams tr[data-name="demo"] td').allTextContents(), ['demo', 'ok', 'closed', '0.0%', '1', '0', '0', '0', '-']);
   assert.equal(await page.locator('#endpoints tr[data-name="user"] td.ratio').textContent(), '50.0%');
-  assert.deepEqual(await page.locator('#keys tr[data-name="alpha"] td').allTextContents(), ['alpha', '2', '1', '0', '0']);
+  assert.deepEqual(await page.locator('#keys tr[data-name="alpha"] td').allTextContents(), ['alpha', '2', '1', '0', '0', '0', '1', '-']);
   assert.match((await page.locator('#cache tr[data-name="memory"] td').nth(2).textContent()) ?? '', /^2 entries, /);
   assert.equal(await page.locator('#key').inputValue(), '', 'the key does not stay in the form');
 

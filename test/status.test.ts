@@ -115,8 +115,9 @@ test('/status.json reports hit ratios, upstream state and errors, per-key usage 
   assert.deepEqual(byName.down.credentials, [{ id: 'default', state: 'active', until: null }]);
 
   assert.deepEqual(status.keys, [
-    { id: 'alpha', requests: 5, hits: 2, errors: 1, rate_limited: 0 },
-    { id: 'bravo', requests: 0, hits: 0, errors: 0, rate_limited: 0 },
+    // The fixture is no provider: only the call to `down` (refused, but made) counts.
+    { id: 'alpha', requests: 5, hits: 2, errors: 1, rate_limited: 0, upstream_calls: 1, saved_calls: 2, budget_left: null },
+    { id: 'bravo', requests: 0, hits: 0, errors: 0, rate_limited: 0, upstream_calls: 0, saved_calls: 0, budget_left: null },
   ]);
   assert.equal(status.cache.redis, null);
   assert.equal(status.cache.memory.max_bytes, perch.config.cache.memory.max_bytes);

@@ -1,4 +1,5 @@
 import type { TieredCache } from '../cache/tiered-cache.js';
+import type { Config } from '../config/types.js';
 import { ENDPOINT_NAMES, type EndpointName } from '../endpoints.js';
 import type { PerchMetrics } from '../observability/metrics.js';
 import type { Runtime } from '../server/runtime.js';
@@ -47,6 +48,11 @@ export interface KeyRow {
   /** Responses with a status of 400 or more, rate-limit refusals included. */
   readonly errors: number;
   readonly rate_limited: number;
+  /** Provider calls its misses made, and calls its requests did not need (hit, stale, coalesced). */
+  readonly upstream_calls: number;
+  readonly saved_calls: number;
+  /** What is left of its plan's provider-call budget in this window, as this instance knows; null without one. */
+  readonly budget_left: number | null;
 }
 
 /** What `/status.json` returns; counts are cumulative since this instance started. */
@@ -80,12 +86,15 @@ type Sample = { readonly labels: Readonly<Record<string, string | number | undef
  */
 export async function collectStatus(sources: StatusSources): Promise<StatusSnapshot> {
   const { runtime, metrics, cache } = sources;
-  const [requests, upstreamCalls, refusals, keyRequests, rateLimited] = await Promise.all([
+  const [requests, upstreamCalls, refusals, keyRequests, rateLimited, keyCalls, keySaved, budgetLeft] = await Promise.all([
     samples(metrics, 'perch_requests_total'),
     samples(metrics, 'perch_upstream_requests_total'),
     samples(metrics, 'perch_upstream_refused_total'),
     samples(metrics, 'perch_key_requests_total'),
     samples(metrics, 'perch_rate_limited_total'),
+    samples(metrics, 'perch_key_upstream_calls_total'),
+    samples(metrics, 'perch_key_upstream_calls_saved_total'),
+    samples(metrics, 'perch_key_provider_budget_remaining'),
   ]);
   const now = runtime.current;
   const memorySize = cache.memory.size() ?? { entries: 0, bytes: 0 };
@@ -119,6 +128,9 @@ export async function collectStatus(sources: StatusSources): Promise<StatusSnaps
         hits: sum(mine.filter((s) => s.labels.cache === 'hit' || s.labels.cache === 'stale')),
         errors: sum(mine.filter((s) => Number(s.labels.status) >= 400)),
         rate_limited: sum(rateLimited.filter((s) => s.labels.key_id === id)),
+        upstream_calls: sum(keyCalls.filter((s) => s.labels.key_id === id)),
+        saved_calls: sum(keySaved.filter((s) => s.labels.key_id === id)),
+        budget_left: budgetOf(now.config, id, budgetLeft),
       };
     }),
     cache: {
@@ -129,6 +141,14 @@ export async function collectStatus(sources: StatusSources): Promise<StatusSnaps
           : { breaker: cache.redisState ?? 'closed', connected: cache.redisConnected === true, errors: redisStats.errors, skipped: redisStats.skipped },
     },
   };
+}
+
+/** A key's budget left: as learned, or the whole budget before its first call of the window; null without one. */
+function budgetOf(config: Config, id: string, learned: readonly Sample[]): number | null {
+  const plan = config.auth.keys.find((k) => k.id === id)?.plan;
+  const budget = plan === undefined ? undefined : config.rate_limits[plan]?.provider_calls;
+  if (budget === undefined) return null;
+  return learned.find((s) => s.labels.key_id === id)?.value ?? budget.limit;
 }
 
 /** Upstream outcomes that are answers, not failures: the provider did its job. */

@@ -51,7 +51,8 @@ function render(s) {
     (u) => [(u.throttle_reject_probability * 100).toFixed(1) + '%', u.throttle_reject_probability > 0 ? 'warn num' : 'num'], (u) => n(u.calls),
     (u) => [String(u.errors), u.errors > 0 ? 'warn num' : 'num'], (u) => n(u.rate_limited), (u) => n(u.refused),
     (u) => [u.credentials.map((c) => c.id + ': ' + c.state + (c.until ? ' until ' + c.until : '')).join(', ') || '-']]);
-  fill('keys', s.keys, [(k) => n(k.id), (k) => n(k.requests), (k) => n(k.hits), (k) => n(k.errors), (k) => n(k.rate_limited)]);
+  fill('keys', s.keys, [(k) => n(k.id), (k) => n(k.requests), (k) => n(k.hits), (k) => n(k.errors), (k) => n(k.rate_limited),
+    (k) => n(k.upstream_calls), (k) => n(k.saved_calls), (k) => (k.budget_left === null ? ['-'] : n(k.budget_left))]);
   const m = s.cache.memory;
   const tiers = [{ tier: 'memory', state: ['ok', 'ok'], size: m.entries + ' entries, ' + bytes(m.bytes) + ' of ' + bytes(m.max_bytes), detail: m.evictions + ' evictions' }];
   if (s.cache.redis) {
@@ -137,7 +138,7 @@ export const STATUS_PAGE = Buffer.from(`<!doctype html>
 <h2>Upstreams</h2>
 <table><thead><tr><th>upstream</th><th>state</th><th>breaker</th><th>throttle sheds</th><th>calls</th><th>errors</th><th>rate limited</th><th>refused</th><th>credentials</th></tr></thead><tbody id="upstreams"></tbody></table>
 <h2>Client keys</h2>
-<table><thead><tr><th>key id</th><th>requests</th><th>hits</th><th>errors</th><th>rate limited</th></tr></thead><tbody id="keys"></tbody></table>
+<table><thead><tr><th>key id</th><th>requests</th><th>hits</th><th>errors</th><th>rate limited</th><th>provider calls</th><th>calls saved</th><th>budget left</th></tr></thead><tbody id="keys"></tbody></table>
 <h2>Cache tiers</h2>
 <table><thead><tr><th>tier</th><th>state</th><th>size</th><th>detail</th></tr></thead><tbody id="cache"></tbody></table>
 </div>

@@ -226,6 +226,28 @@ export class PerchMetrics implements UpstreamEvents {
   }
 
   /**
+   * Exports each key's provider-call budget as this instance last learned it (budget-book.ts),
+   * read at scrape time: what is left of it in the current window, and its limit.
+   */
+  addBudgetGauges(read: () => readonly { label: string; standing: { limit: number; remaining: number } }[]): void {
+    for (const [name, help, field] of [
+      ['perch_key_provider_budget_remaining', "Provider calls left in a client key's budget for the current calendar window, as this instance last learned it.", 'remaining'],
+      ['perch_key_provider_budget_limit', "A client key's budget of provider calls per calendar window (its plan's provider_calls.limit).", 'limit'],
+    ] as const) {
+      new Gauge({
+        name,
+        help,
+        labelNames: ['key_id'],
+        registers: [this.registry],
+        collect() {
+          this.reset();
+          for (const { label, standing } of read()) this.set({ key_id: label }, standing[field]);
+        },
+      });
+    }
+  }
+
+  /**
    * Exports each upstream's adaptive-throttle reject probability, read at scrape time from
    * `read` (upstream name -> probability) so it is the throttle's own figure, never a copy.
    */

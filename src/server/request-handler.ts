@@ -21,6 +21,7 @@ import { pushRateLimitHeaders } from '../ratelimit/headers.js';
 import type { RateLimits } from '../ratelimit/rate-limits.js';
 import type { Verdict } from '../ratelimit/token-bucket.js';
 import { isWaitRefusal, secondsUntil, type Payer } from '../upstream/upstream.js';
+import type { BudgetBook, BudgetStanding } from '../upstream/budget-book.js';
 import type { UpstreamSet } from '../upstream/upstream-set.js';
 import { requestIdFrom } from './request-id.js';
 import { pushCachePolicy, send, sendError } from './respond.js';
@@ -40,6 +41,8 @@ export interface HandlerDeps {
   readonly sharedFlights?: SharedFlights;
   readonly upstreams: UpstreamSet;
   readonly rateLimits: RateLimits;
+  /** Each key's provider-call budget as this instance learned it, for the `provider` policy. */
+  readonly budgets: BudgetBook;
   readonly clock: Clock;
   readonly logger: Logger;
   readonly metrics: PerchMetrics;
@@ -77,6 +80,11 @@ interface Exchange {
   upstreamMs?: number;
   /** This request's miss made a provider call: its key paid for it. */
   upstreamCall?: boolean;
+  /**
+   * The key's provider-call budget now, when its plan has one: a second rate-limit policy, read
+   * when the headers are written, so a miss's answer counts the call it made.
+   */
+  budget?: () => BudgetStanding;
 }
 
 const NOT_FOUND_BODIES = {
@@ -144,6 +152,8 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     hit: CacheEntry | undefined,
   ): Promise<void> | undefined {
     x.limit = verdict;
+    const budget = deps.config.rate_limits[x.client!.plan]?.provider_calls;
+    if (budget !== undefined) x.budget = () => deps.budgets.standing(x.client!.id, budget);
     if (!verdict.allowed) return fail(x, 'E429');
     if (!methodAllowed) return fail(x, 'E405', ['allow', 'GET, HEAD']);
     if (match.kind === 'invalid') return fail(x, 'E400', [], match.message);
@@ -351,7 +361,7 @@ function errorFetched(code: ErrorCode, message?: string): Fetched {
 /** Headers every response carries, before the response's own. */
 function base(x: Exchange, headers: HeaderList): HeaderList {
   headers.push('x-request-id', x.requestId);
-  if (x.limit !== undefined) pushRateLimitHeaders(headers, x.limit);
+  if (x.limit !== undefined) pushRateLimitHeaders(headers, x.limit, x.budget?.());
   return headers;
 }
 

@@ -6,6 +6,7 @@ import type { Config } from '../config/types.js';
 import type { Logger } from '../observability/logger.js';
 import type { PerchMetrics } from '../observability/metrics.js';
 import type { Timers } from '../timers.js';
+import type { BudgetBook } from '../upstream/budget-book.js';
 import type { ProviderState } from '../upstream/guard/provider-state.js';
 import { UpstreamSet } from '../upstream/upstream-set.js';
 
@@ -42,6 +43,8 @@ export interface RuntimeOptions {
   readonly dispatchers?: Readonly<Record<string, Dispatcher>>;
   /** The throttles' shedding draw, [0, 1); default Math.random. */
   readonly random?: () => number;
+  /** Each key's provider-call budget as this instance learned it: kept across reloads. */
+  readonly budgets: BudgetBook;
 }
 
 /**
@@ -114,7 +117,7 @@ export class Runtime {
   }
 
   #build(config: Config): RuntimeSnapshot {
-    const { clock, timers, logger, dispatchers, metrics, providerState, random } = this.#options;
+    const { clock, timers, logger, dispatchers, metrics, providerState, random, budgets } = this.#options;
     return {
       config,
       keys: new KeyStore(config.auth.keys),
@@ -122,7 +125,7 @@ export class Runtime {
       // A store of their own, so neither kind of key opens the other's door. KeyStore carries a
       // plan for client keys; admin keys have none, and nothing reads it.
       ...(config.admin === undefined ? {} : { adminKeys: new KeyStore(config.admin.keys.map((key) => ({ ...key, plan: '' }))) }),
-      upstreams: new UpstreamSet(config, { clock, timers, logger, state: providerState, dispatchers, metrics, random }),
+      upstreams: new UpstreamSet(config, { clock, timers, logger, state: providerState, dispatchers, metrics, random, budgets }),
     };
   }
 }

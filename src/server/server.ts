@@ -11,6 +11,7 @@ import type { Logger } from '../observability/logger.js';
 import { PerchMetrics } from '../observability/metrics.js';
 import { RateLimits } from '../ratelimit/rate-limits.js';
 import { systemTimers, type Timers } from '../timers.js';
+import { BudgetBook } from '../upstream/budget-book.js';
 import { createProviderState } from '../upstream/guard/create-provider-state.js';
 import { createApiServer, createMetricsServer, drain } from './listener.js';
 import { PublicRoutes } from './public-routes.js';
@@ -66,7 +67,8 @@ export function createPerch(options: PerchOptions): Perch {
   const tiers = createCache(config, { clock, logger });
   const rateLimits = new RateLimits(config, { clock, logger, cacheRedis: tiers.redis });
   const providerState = createProviderState(config, { clock, logger, redis: rateLimits.redis });
-  const runtime = new Runtime(config, { clock, timers, logger, metrics, providerState, dispatchers: options.dispatchers, random: options.random });
+  const budgets = new BudgetBook(clock);
+  const runtime = new Runtime(config, { clock, timers, logger, metrics, providerState, dispatchers: options.dispatchers, random: options.random, budgets });
   const handler = createRequestHandler({
     get config() {
       return runtime.current.config;
@@ -83,12 +85,14 @@ export function createPerch(options: PerchOptions): Perch {
     cache: tiers.cache,
     ...(tiers.sharedFlights === undefined ? {} : { sharedFlights: tiers.sharedFlights }),
     rateLimits,
+    budgets,
     clock,
     logger,
     metrics,
   });
   metrics.addCacheTier(tiers.cache.memory);
   metrics.addEvictionCount(() => tiers.cache.memory.evictions);
+  metrics.addBudgetGauges(() => budgets.all());
   metrics.addThrottleGauge(() => Object.fromEntries(Object.entries(runtime.current.upstreams.status()).map(([name, status]) => [name, status.throttle])));
   // Prometheus's own names for the same facts (prometheus_config_last_reload_*), so alerts carry over.
   metrics.addStateGauge('perch_config_last_reload_successful', 'Whether the latest configuration load (start-up or SIGHUP) succeeded (1) or was refused (0).', () =>

@@ -1,5 +1,6 @@
 import type { Clock } from '../clock.js';
-import type { ProviderCallBudget } from '../config/types.js';
+import type { BudgetBook } from './budget-book.js';
+import { budgetWindow } from './budget-window.js';
 import type { UpstreamEvents } from './events.js';
 import type { ProviderState, SpendQuery } from './guard/provider-state.js';
 import { secondsUntil, type Layer } from './upstream.js';
@@ -9,20 +10,8 @@ export interface BudgetOptions {
   readonly state: ProviderState;
   readonly clock: Clock;
   readonly events: UpstreamEvents;
-}
-
-/** The UTC calendar window of `window` that holds `nowMs`: `[startMs, endMs)`. */
-export function budgetWindow(window: ProviderCallBudget['window'], nowMs: number): { startMs: number; endMs: number } {
-  const now = new Date(nowMs);
-  const [year, month, day, hour] = [now.getUTCFullYear(), now.getUTCMonth(), now.getUTCDate(), now.getUTCHours()];
-  switch (window) {
-    case 'hour':
-      return { startMs: Date.UTC(year, month, day, hour), endMs: Date.UTC(year, month, day, hour + 1) };
-    case 'day':
-      return { startMs: Date.UTC(year, month, day), endMs: Date.UTC(year, month, day + 1) };
-    case 'month':
-      return { startMs: Date.UTC(year, month, 1), endMs: Date.UTC(year, month + 1, 1) };
-  }
+  /** Told every key's count as the store answers it, for the answers' headers and the metrics. */
+  readonly book?: BudgetBook;
 }
 
 /**
@@ -33,7 +22,7 @@ export function budgetWindow(window: ProviderCallBudget['window'], nowMs: number
  * Retry-After is the rest of the window) without asking the store again until the window ends.
  */
 export function createBudget(options: BudgetOptions): Layer {
-  const { upstream, state, clock, events } = options;
+  const { upstream, state, clock, events, book } = options;
   /** Windows known spent, key id and window start -> its end. */
   const spent = new Map<string, number>();
 
@@ -50,6 +39,7 @@ export function createBudget(options: BudgetOptions): Layer {
     if (spent.has(memo)) return refuse(attempt.request.endpoint, endMs);
     const query: SpendQuery = { keyId: attempt.payer!.id, startMs, endMs, limit: budget.limit };
     const spend = await state.spend(query);
+    book?.record(query.keyId, attempt.payer!.label, budget, startMs, spend.allowed ? spend.used : budget.limit);
     if (!spend.allowed) {
       if (spent.size > 10_000) for (const [key, end] of spent) if (end <= clock.now()) spent.delete(key);
       spent.set(memo, endMs);

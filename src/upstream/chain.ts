@@ -5,6 +5,7 @@ import type { Logger } from '../observability/logger.js';
 import type { Timers } from '../timers.js';
 import { createBreaker } from './breaker.js';
 import { createBudget } from './budget.js';
+import type { BudgetBook } from './budget-book.js';
 import { createCredentialPool } from './credential-pool.js';
 import { NO_EVENTS, type BreakerState, type CredentialState, type UpstreamEvents } from './events.js';
 import { createFixtureUpstream } from './fixture/fixture-upstream.js';
@@ -44,6 +45,8 @@ export interface ChainOptions {
   readonly metrics?: UpstreamEvents;
   /** The throttle's shedding draw, [0, 1); default Math.random. */
   readonly random?: () => number;
+  /** This instance's record of each key's provider-call budget. */
+  readonly budgets?: BudgetBook;
 }
 
 /**
@@ -92,7 +95,7 @@ export function buildUpstream(name: string, config: UpstreamConfig, options: Cha
   for (const credential of config.credentials) events.credentialState(name, credential.id, 'active');
   events.breakerState(name, 'closed');
   const guard = createGuard({ upstream: name, config, state, clock, timers, events });
-  const call = compose([forwardClientKey(config.kind), breaker.layer, throttle.layer, createRetry({ upstream: name, config, clock, timers, events }), pool.layer, createBudget({ upstream: name, state, clock, events }), guard.layer], provider.call);
+  const call = compose([forwardClientKey(config.kind), breaker.layer, throttle.layer, createRetry({ upstream: name, config, clock, timers, events }), pool.layer, createBudget({ upstream: name, state, clock, events, book: options.budgets }), guard.layer], provider.call);
 
   function status(): UpstreamStatus {
     const credentials = pool.standing();

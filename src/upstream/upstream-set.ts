@@ -6,6 +6,7 @@ import type { Logger } from '../observability/logger.js';
 import type { PerchMetrics } from '../observability/metrics.js';
 import type { Timers } from '../timers.js';
 import { buildUpstream, type BuiltUpstream, type UpstreamStatus } from './chain.js';
+import type { BudgetBook } from './budget-book.js';
 import type { UpstreamEvents } from './events.js';
 import type { ProviderState } from './guard/provider-state.js';
 import { isWaitRefusal, type Attempt, type UpstreamResult } from './upstream.js';
@@ -31,6 +32,8 @@ export interface UpstreamSetOptions {
   readonly metrics?: Pick<PerchMetrics, 'upstream'> & UpstreamEvents;
   /** The throttles' shedding draw, [0, 1); default Math.random. */
   readonly random?: () => number;
+  /** This instance's record of each key's provider-call budget, kept across reloads. */
+  readonly budgets?: BudgetBook;
 }
 
 /**
