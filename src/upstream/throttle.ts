@@ -99,7 +99,7 @@ export function createThrottle(options: ThrottleOptions): Throttle {
     const answer = share.exchange({ upstream, slice, slices: SLICES, sliceMs, epoch, reset, deltas });
     if (answer === undefined) return;
     reporting = true;
-    answer.then(
+    void Promise.resolve(answer).then(
       (fleet) => {
         reporting = false;
         if (fleet === undefined) return;

@@ -59,16 +59,9 @@ export class InsuredProviderState implements ProviderState {
 
   /** Budgets are the fleet's while Redis answers; while it does not, each instance counts its own. */
   spend(query: SpendQuery): Spend | Promise<Spend> {
-    if (!this.#breaker.allow()) return this.#memory.spend(query);
-    return this.#redis.spend(query).then(
-      (spend) => {
-        this.#breaker.success();
-        return spend;
-      },
-      () => {
-        this.#breaker.failure();
-        return this.#memory.spend(query);
-      },
+    return this.#insured(
+      () => this.#redis.spend(query),
+      () => this.#memory.spend(query),
     );
   }
 
@@ -78,16 +71,24 @@ export class InsuredProviderState implements ProviderState {
   }
 
   /** The throttle goes on with this instance's own counts while Redis is away. */
-  exchange(report: OutcomeReport): Promise<OutcomeTotals | undefined> | undefined {
-    if (!this.#breaker.allow()) return undefined;
-    return this.#redis.exchange(report).then(
-      (totals) => {
+  exchange(report: OutcomeReport): OutcomeTotals | undefined | Promise<OutcomeTotals | undefined> {
+    return this.#insured<OutcomeTotals | undefined>(
+      () => this.#redis.exchange(report),
+      () => undefined,
+    );
+  }
+
+  /** Redis's answer while its breaker lets it be asked and it answers; this instance's otherwise. */
+  #insured<T>(shared: () => Promise<T>, local: () => T): T | Promise<T> {
+    if (!this.#breaker.allow()) return local();
+    return shared().then(
+      (answer) => {
         this.#breaker.success();
-        return totals;
+        return answer;
       },
       () => {
         this.#breaker.failure();
-        return undefined;
+        return local();
       },
     );
   }

@@ -97,7 +97,7 @@ export interface OutcomeShare {
    * Adds a report to the fleet's counts and answers the fleet's totals (this caller's included);
    * undefined where there is no fleet to share with, or it cannot be reached now.
    */
-  exchange(report: OutcomeReport): Promise<OutcomeTotals | undefined> | undefined;
+  exchange(report: OutcomeReport): OutcomeTotals | undefined | Promise<OutcomeTotals | undefined>;
 }
 
 /**
