@@ -1,5 +1,5 @@
 import type { Logger } from '../observability/logger.js';
-import type { Breaker } from '../redis/breaker.js';
+import { insured, SwitchLog } from '../redis/insurance.js';
 import type { NodeBreakers } from '../redis/node-breakers.js';
 import type { MemoryLimiter } from './memory-limiter.js';
 import type { LeasedLimiter } from './leased-limiter.js';
@@ -19,43 +19,28 @@ import type { Plan, Verdict } from './token-bucket.js';
 export class InsuredLimiter {
   readonly #redis: LeasedLimiter;
   readonly #insurance: MemoryLimiter;
-  readonly #logger: Logger;
   readonly #breakers: NodeBreakers;
-  #redisFailing = false;
+  readonly #switches: SwitchLog;
 
   constructor(redis: LeasedLimiter, insurance: MemoryLimiter, breakers: NodeBreakers, logger: Logger) {
     this.#redis = redis;
     this.#insurance = insurance;
     this.#breakers = breakers;
-    this.#logger = logger;
+    this.#switches = new SwitchLog(logger, {
+      down: 'rate limits: Redis failed, falling back to per-instance memory buckets',
+      up: 'rate limits: Redis answers again, buckets are shared again',
+    });
   }
 
   take(keyId: string, plan: Plan, cost: 0 | 1): Verdict | Promise<Verdict> {
     // Tokens already leased are this instance's to spend: no Redis, no breaker, no await.
     const local = this.#redis.takeLocal(keyId, plan, cost);
     if (local !== undefined) return local;
-    const breaker = this.#breakers.for(this.#redis.redisKey(keyId));
-    if (!breaker.allow()) return this.#insurance.take(keyId, plan, cost);
-    return this.#takeShared(keyId, plan, cost, breaker);
-  }
-
-  async #takeShared(keyId: string, plan: Plan, cost: 0 | 1, breaker: Breaker): Promise<Verdict> {
-    let verdict: Verdict;
-    try {
-      verdict = await this.#redis.takeShared(keyId, plan, cost);
-      breaker.success();
-    } catch (error) {
-      breaker.failure();
-      if (!this.#redisFailing) {
-        this.#redisFailing = true;
-        this.#logger.warn({ reason: error instanceof Error ? error.message : String(error) }, 'rate limits: Redis failed, falling back to per-instance memory buckets');
-      }
-      return this.#insurance.take(keyId, plan, cost);
-    }
-    if (this.#redisFailing) {
-      this.#redisFailing = false;
-      this.#logger.info('rate limits: Redis answers again, buckets are shared again');
-    }
-    return verdict;
+    return insured(
+      this.#breakers.for(this.#redis.redisKey(keyId)),
+      () => this.#redis.takeShared(keyId, plan, cost),
+      () => this.#insurance.take(keyId, plan, cost),
+      this.#switches,
+    );
   }
 }

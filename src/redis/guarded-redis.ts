@@ -2,6 +2,7 @@ import type { Clock } from '../clock.js';
 import type { Logger } from '../observability/logger.js';
 import type { BreakerState } from './breaker.js';
 import { FailureSummary } from './failure-summary.js';
+import { insured } from './insurance.js';
 import { NodeBreakers } from './node-breakers.js';
 import type { RedisClient } from './redis-client.js';
 
@@ -58,23 +59,21 @@ export class GuardedRedis {
   /** Runs `call`, whose one key is `key` (prefix included): that key's node decides whether it may. */
   async run<T>(op: string, key: string, call: (client: RedisClient) => Promise<T>): Promise<T | undefined> {
     this.#failures.tick();
-    const breaker = this.breakers.for(key);
     // Before the first connection completes, calls would fail for a reason that says nothing
     // about Redis's health; they must not open the breaker on every start-up.
-    if (!this.#everReady || !breaker.allow()) {
-      this.stats.skipped++;
-      return undefined;
-    }
-    try {
-      const result = await call(this.client);
-      breaker.success();
-      return result;
-    } catch (error) {
-      this.stats.errors++;
-      breaker.failure();
-      this.#failures.failure(op, error instanceof Error ? error.message : String(error));
-      return undefined;
-    }
+    if (!this.#everReady) return this.#skipped();
+    return insured<T | undefined>(this.breakers.for(key), () => call(this.client), () => undefined, {
+      skipped: () => this.#skipped(),
+      failed: (error) => {
+        this.stats.errors++;
+        this.#failures.failure(op, error instanceof Error ? error.message : String(error));
+      },
+    });
+  }
+
+  #skipped(): undefined {
+    this.stats.skipped++;
+    return undefined;
   }
 
   /**

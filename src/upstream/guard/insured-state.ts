@@ -1,5 +1,6 @@
 import type { Logger } from '../../observability/logger.js';
 import type { Breaker } from '../../redis/breaker.js';
+import { insured, SwitchLog } from '../../redis/insurance.js';
 import type { MemoryProviderState } from './memory-state.js';
 import type { Admission, AdmitQuery, OutcomeReport, OutcomeTotals, ProviderState, Spend, SpendQuery, Stop, StopState } from './provider-state.js';
 import type { RedisProviderState } from './redis-state.js';
@@ -15,14 +16,16 @@ export class InsuredProviderState implements ProviderState {
   readonly #redis: RedisProviderState;
   readonly #memory: MemoryProviderState;
   readonly #breaker: Breaker;
-  readonly #logger: Logger;
-  #failing = false;
+  readonly #switches: SwitchLog;
 
   constructor(redis: RedisProviderState, memory: MemoryProviderState, breaker: Breaker, logger: Logger) {
     this.#redis = redis;
     this.#memory = memory;
     this.#breaker = breaker;
-    this.#logger = logger;
+    this.#switches = new SwitchLog(logger, {
+      down: 'provider guard: Redis failed, each instance keeps its share of every cap (redis_down_share)',
+      up: 'provider guard: Redis answers again, caps and stops are shared again',
+    });
   }
 
   admit(query: AdmitQuery): Admission | Promise<Admission> {
@@ -31,30 +34,10 @@ export class InsuredProviderState implements ProviderState {
     const local = this.#memory.unstopped(query);
     if (local.candidates.length === 0 && local.earliest !== undefined) return { kind: 'stopped', ...local.earliest };
     const free = local.candidates.length === query.candidates.length ? query : { ...query, candidates: local.candidates };
-    if (!this.#breaker.allow()) return this.#memory.admit({ ...free, cap: query.localCap });
-    return this.#shared(free);
-  }
-
-  async #shared(query: AdmitQuery): Promise<Admission> {
-    try {
-      const admission = await this.#redis.admit(query);
-      this.#breaker.success();
-      if (this.#failing) {
-        this.#failing = false;
-        this.#logger.info('provider guard: Redis answers again, caps and stops are shared again');
-      }
-      return admission;
-    } catch (error) {
-      this.#breaker.failure();
-      if (!this.#failing) {
-        this.#failing = true;
-        this.#logger.warn(
-          { reason: error instanceof Error ? error.message : String(error) },
-          "provider guard: Redis failed, each instance keeps its share of every cap (redis_down_share)",
-        );
-      }
-      return this.#memory.admit({ ...query, cap: query.localCap });
-    }
+    return this.#insured(
+      () => this.#redis.admit(free),
+      () => this.#memory.admit({ ...free, cap: query.localCap }),
+    );
   }
 
   /** Budgets are the fleet's while Redis answers; while it does not, each instance counts its own. */
@@ -80,17 +63,7 @@ export class InsuredProviderState implements ProviderState {
 
   /** Redis's answer while its breaker lets it be asked and it answers; this instance's otherwise. */
   #insured<T>(shared: () => Promise<T>, local: () => T): T | Promise<T> {
-    if (!this.#breaker.allow()) return local();
-    return shared().then(
-      (answer) => {
-        this.#breaker.success();
-        return answer;
-      },
-      () => {
-        this.#breaker.failure();
-        return local();
-      },
-    );
+    return insured(this.#breaker, shared, local, this.#switches);
   }
 
   finish(upstream: string, leaseId: string): void {

@@ -1,4 +1,4 @@
-import { formatTwitterDate } from '../fixture/twitter-date.js';
+import { formatTwitterDate } from '../../schemas/twitter-date.js';
 import { MappingError, string } from './read.js';
 
 /** What X sends: RFC 3339 in UTC with milliseconds, `2018-10-10T20:19:24.000Z`. */
