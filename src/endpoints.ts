@@ -49,6 +49,20 @@ export const PARAMETER_PATTERNS: Readonly<Record<keyof PathParams, RegExp>> = {
   username: /^[A-Za-z0-9_]{1,50}$/,
 };
 
+export const DEFAULT_COUNT = 20;
+export const MAX_COUNT = 100;
+export const MAX_CURSOR_BYTES = 1024;
+
+/** The 400 message for each parameter rule: the router's, and the purge body's for the same values. */
+export const INVALID = {
+  user_id: 'Invalid parameter: user_id must be 1-20 decimal digits',
+  tweet_id: 'Invalid parameter: tweet_id must be 1-20 decimal digits',
+  username: 'Invalid parameter: username must be 1-50 letters, digits or underscores',
+  count: `Invalid parameter: count must be an integer from 1 to ${MAX_COUNT}`,
+  cursor: `Invalid parameter: cursor must be at most ${MAX_CURSOR_BYTES} bytes with no control characters`,
+  repeated: (name: string) => `Invalid parameter: ${name} must be given at most once`,
+} as const;
+
 export function isEndpointName(value: string): value is EndpointName {
   return (ENDPOINT_NAMES as readonly string[]).includes(value);
 }

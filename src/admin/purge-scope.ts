@@ -1,6 +1,5 @@
 import type { PurgeTarget } from '../cache/generations.js';
-import { ENDPOINT_NAMES, PARAMETER_PATTERNS, PATH_PARAMETER, isEndpointName, type EndpointName } from '../endpoints.js';
-import { INVALID } from '../server/route.js';
+import { ENDPOINT_NAMES, INVALID, PARAMETER_PATTERNS, PATH_PARAMETER, isEndpointName, type EndpointName } from '../endpoints.js';
 
 /** A purge body, read: what to purge and how to echo it, or the message naming the problem. */
 export type PurgeScope =

@@ -1,4 +1,4 @@
-import { PARAMETER_PATTERNS, type EndpointName, type EndpointRequest, type PathParams } from '../endpoints.js';
+import { DEFAULT_COUNT, INVALID, MAX_COUNT, MAX_CURSOR_BYTES, PARAMETER_PATTERNS, type EndpointName, type EndpointRequest, type PathParams } from '../endpoints.js';
 
 /** Result of matching a request target against the six routes. */
 export type RouteMatch =
@@ -9,18 +9,6 @@ export type RouteMatch =
 const COUNT_PATTERN = /^[0-9]{1,3}$/;
 // C0 controls and DEL: a cursor is opaque, but these never belong in one and break log lines.
 const CONTROL_CHARACTER = /[\u0000-\u001f\u007f]/;
-const MAX_CURSOR_BYTES = 1024;
-export const DEFAULT_COUNT = 20;
-export const MAX_COUNT = 100;
-
-export const INVALID = {
-  user_id: 'Invalid parameter: user_id must be 1-20 decimal digits',
-  tweet_id: 'Invalid parameter: tweet_id must be 1-20 decimal digits',
-  username: 'Invalid parameter: username must be 1-50 letters, digits or underscores',
-  count: `Invalid parameter: count must be an integer from 1 to ${MAX_COUNT}`,
-  cursor: `Invalid parameter: cursor must be at most ${MAX_CURSOR_BYTES} bytes with no control characters`,
-  repeated: (name: string) => `Invalid parameter: ${name} must be given at most once`,
-} as const;
 
 /**
  * Matches `/v1/...` targets to an endpoint and validates its parameters. Matching is by path

@@ -4,6 +4,7 @@ import type { Dispatcher } from 'undici';
 import { PurgeRoute } from '../admin/purge.js';
 import { StatusRoute } from '../admin/status.js';
 import { createCache } from '../cache/create-cache.js';
+import { ReadThrough } from '../cache/read-through.js';
 import type { TieredCache } from '../cache/tiered-cache.js';
 import { systemClock, type Clock } from '../clock.js';
 import type { Config } from '../config/types.js';
@@ -69,6 +70,21 @@ export function createPerch(options: PerchOptions): Perch {
   const providerState = createProviderState(config, { clock, logger, redis: rateLimits.redis });
   const budgets = new BudgetBook(clock);
   const runtime = new Runtime(config, { clock, timers, logger, metrics, providerState, dispatchers: options.dispatchers, random: options.random, budgets });
+  const readThrough = new ReadThrough({
+    get config() {
+      return runtime.current.config;
+    },
+    get verifier() {
+      return runtime.current.verifier;
+    },
+    get upstreams() {
+      return runtime.current.upstreams;
+    },
+    cache: tiers.cache,
+    ...(tiers.sharedFlights === undefined ? {} : { sharedFlights: tiers.sharedFlights }),
+    clock,
+    logger,
+  });
   const handler = createRequestHandler({
     get config() {
       return runtime.current.config;
@@ -79,14 +95,9 @@ export function createPerch(options: PerchOptions): Perch {
     get verifier() {
       return runtime.current.verifier;
     },
-    get upstreams() {
-      return runtime.current.upstreams;
-    },
-    cache: tiers.cache,
-    ...(tiers.sharedFlights === undefined ? {} : { sharedFlights: tiers.sharedFlights }),
+    cache: readThrough,
     rateLimits,
     budgets,
-    clock,
     logger,
     metrics,
   });

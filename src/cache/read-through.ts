@@ -1,0 +1,224 @@
+import type { Client } from '../auth/key-store.js';
+import { passThrough, type PassThroughClient, type UpstreamVerifier } from '../auth/upstream-verifier.js';
+import type { Clock } from '../clock.js';
+import type { Config } from '../config/types.js';
+import type { EndpointRequest } from '../endpoints.js';
+import type { Logger } from '../observability/logger.js';
+import { answerFor, errorAnswer, type UpstreamAnswer } from '../upstream/answer.js';
+import type { Payer } from '../upstream/upstream.js';
+import type { UpstreamSet } from '../upstream/upstream-set.js';
+import { Coalescer } from './coalescer.js';
+import { counterpart } from './cross-population.js';
+import { ageSeconds, remainingTtlSeconds, type CacheEntry } from './entry.js';
+import type { Generation } from './generation.js';
+import { forwardCacheStatus, hitCacheStatus, staleCacheStatus, type CacheOutcome } from './outcome.js';
+import type { SharedFlights } from './shared-flight.js';
+import type { TieredCache } from './tiered-cache.js';
+
+/**
+ * `config`, `upstreams` and `verifier` are replaced by a SIGHUP reload (the composition root
+ * passes getters), so they are read per request and never kept.
+ */
+export interface ReadThroughDeps {
+  readonly config: Config;
+  readonly upstreams: UpstreamSet;
+  /** Pass-through auth (`auth.mode: upstream`); absent in mode `keys`. */
+  readonly verifier?: UpstreamVerifier;
+  readonly cache: TieredCache;
+  /** Coalescing across instances; absent without Redis. */
+  readonly sharedFlights?: SharedFlights;
+  readonly clock: Clock;
+  readonly logger: Logger;
+}
+
+/**
+ * What the cache answered a request with, ready to send: the handler adds the rate-limit
+ * headers and writes it. `outcome` feeds the `Cache-Status` header, the access log and the
+ * metrics from one place.
+ */
+export interface Served {
+  readonly outcome: Exclude<CacheOutcome, 'none'>;
+  readonly status: number;
+  readonly body: Buffer;
+  /** The `Cache-Status` header (RFC 9211). */
+  readonly cacheStatus: string;
+  /** The `Age` header, whole seconds; absent for an answer fetched now. */
+  readonly ageSeconds?: number;
+  /** How long clients and shared caches may reuse it (`Cache-Control: max-age`). */
+  readonly maxAgeSeconds: number;
+  readonly retryAfterSeconds?: number;
+  /** The upstream that answered; absent when no upstream was asked for this request. */
+  readonly upstream?: string;
+  /** Only for the request whose miss made the exchange (the flight's leader). */
+  readonly upstreamMs?: number;
+  /** This request's miss made a provider call: its key paid for it. */
+  readonly upstreamCall?: boolean;
+}
+
+/**
+ * What one upstream exchange produced for everyone waiting on it: the leader and every request
+ * coalesced onto it answer from the same object.
+ */
+interface Fetched extends UpstreamAnswer {
+  readonly stored: boolean;
+  /** Absent when another instance fetched it and this one read the result from Redis. */
+  readonly upstream?: string;
+  readonly upstreamMs?: number;
+  /** Whether the provider was really called for it (an exchange, not only refusals). */
+  readonly called?: boolean;
+}
+
+/**
+ * The caching policy, read-through: memory, then Redis, then stale-while-revalidate, then one
+ * coalesced upstream fetch per key (per instance, and across instances through shared flights),
+ * whose answer is stored in both tiers and, for a user, under its twin route too. Purge
+ * generations keep a response that may predate a purge out of the cache.
+ */
+export class ReadThrough {
+  readonly #deps: ReadThroughDeps;
+  readonly #flights = new Coalescer<Fetched>();
+
+  constructor(deps: ReadThroughDeps) {
+    this.#deps = deps;
+  }
+
+  /** A fresh entry of this instance's memory, answered synchronously: no await on the hottest path. */
+  hit(path: string, client: Client): Served | undefined {
+    if (!this.#trusted(client)) return undefined;
+    const found = this.#deps.cache.local(path);
+    return found?.fresh === true ? this.#hit(found.entry, 'memory') : undefined;
+  }
+
+  /** Everything after a memory miss: Redis, a stale entry while one refresh runs, or a fetch. */
+  async fetch(request: EndpointRequest, client: Client): Promise<Served> {
+    const { cache, config } = this.#deps;
+    const verified = this.#trusted(client);
+    const local = verified ? cache.local(request.path) : undefined;
+    if (local?.fresh === true) return this.#hit(local.entry, 'memory');
+    let stale = local?.entry;
+    const remote = verified ? await cache.remote(request.path) : undefined;
+    if (remote?.fresh === true) return this.#hit(remote.entry, 'redis');
+    if (remote !== undefined && (stale === undefined || remote.entry.storedAt > stale.storedAt)) stale = remote.entry;
+    if (stale !== undefined) return this.#revalidate(request, client, stale);
+
+    // Pass-through: one flight per key, so a key never receives the answer to another key's call.
+    const pass = passThrough(client);
+    const payer = this.#payerOf(client);
+    const flight = this.#flights.run(pass === undefined ? request.path : `${pass.digest}\n${request.path}`, () => this.#fetchFor(request, pass, payer));
+    const fetched = await flight.promise;
+    // No upstream: another instance fetched it, and this flight read the result from Redis.
+    const viaRedis = fetched.upstream === undefined;
+    const outcome = flight.leader && !viaRedis ? 'miss' : 'coalesced';
+    return {
+      outcome,
+      status: fetched.status,
+      body: fetched.body,
+      cacheStatus: forwardCacheStatus(outcome, fetched.stored, viaRedis),
+      maxAgeSeconds: fetched.stored ? config.cache.ttl_seconds[request.endpoint] : 0,
+      ...(fetched.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: fetched.retryAfterSeconds }),
+      ...(fetched.upstream === undefined ? {} : { upstream: fetched.upstream }),
+      ...(flight.leader ? { upstreamMs: fetched.upstreamMs, upstreamCall: fetched.called === true } : {}),
+    };
+  }
+
+  #hit(entry: CacheEntry, tier: 'memory' | 'redis'): Served {
+    const now = this.#deps.clock.now();
+    const age = ageSeconds(entry, now);
+    return {
+      outcome: 'hit',
+      status: entry.status,
+      body: entry.body,
+      cacheStatus: hitCacheStatus(entry, now, tier),
+      ageSeconds: age,
+      maxAgeSeconds: age + remainingTtlSeconds(entry, now),
+    };
+  }
+
+  /**
+   * Stale-while-revalidate, and stale-if-error by the same token: the client gets the stale
+   * entry at once, one refresh runs behind it, and a refresh that fails (error, timeout, 429)
+   * stores nothing, so the stale entry keeps being served until its retention ends.
+   */
+  #revalidate(request: EndpointRequest, client: Client, entry: CacheEntry): Served {
+    this.#flights.run(request.path, () => this.#fetchAndStore(request, passThrough(client), this.#payerOf(client))).promise.catch((error: unknown) => {
+      this.#deps.logger.error({ err: error, route: request.endpoint }, 'background refresh failed');
+    });
+    const now = this.#deps.clock.now();
+    return { outcome: 'stale', status: entry.status, body: entry.body, cacheStatus: staleCacheStatus(entry, now), ageSeconds: ageSeconds(entry, now), maxAgeSeconds: 0 };
+  }
+
+  /**
+   * Pass-through auth: the call of a key the provider has not accepted lately is its own
+   * verifying call (upstream-verifier.ts), never another instance's result read from Redis.
+   */
+  async #fetchFor(request: EndpointRequest, client: PassThroughClient | undefined, payer: Payer): Promise<Fetched> {
+    if (client === undefined || this.#trusted(client)) return this.#fetchAndStore(request, client, payer);
+    const verifying = this.#deps.verifier?.verifying(client, () => this.#fetchUpstream(request, payer, client));
+    return (await verifying) ?? { ...errorAnswer('E401'), stored: false };
+  }
+
+  /**
+   * One upstream exchange and its effect on the cache; runs once per coalesced flight. With
+   * Redis, another instance may already be fetching the same key: then its result is used.
+   * `client`: pass-through auth, whose key is the call's credential.
+   */
+  async #fetchAndStore(request: EndpointRequest, client: PassThroughClient | undefined, payer: Payer): Promise<Fetched> {
+    const { sharedFlights } = this.#deps;
+    const claim = sharedFlights === undefined ? undefined : await sharedFlights.claim(request.endpoint, request.path);
+    if (claim?.kind === 'entry') return { status: claim.entry.status, body: claim.entry.body, stored: false };
+    try {
+      return await this.#fetchUpstream(request, payer, client);
+    } finally {
+      // After the store above completed, so a waiting instance finds the entry, not a free lease.
+      claim?.release();
+    }
+  }
+
+  async #fetchUpstream(request: EndpointRequest, payer: Payer, client?: PassThroughClient): Promise<Fetched> {
+    const { cache, clock, logger, config } = this.#deps;
+    const ttl = config.cache.ttl_seconds;
+    // Before the fetch: a purge observed while it runs must keep its response out of the cache.
+    const stamp = cache.generations.stamp(request.path);
+    const { result, upstream, ms, called } = await this.#deps.upstreams.fetch(request, client && { id: client.id, key: client.key }, payer);
+    const via = { upstream, upstreamMs: ms, called };
+    if (client !== undefined) this.#deps.verifier?.judge(client, result);
+    // The pool logs a rejected credential and a stop once; every request they turn away need not be.
+    if (result.kind === 'failed' && result.failure !== 'unauthorized') {
+      logger.warn({ upstream, route: request.endpoint, failure: result.failure, reason: result.reason }, 'upstream failed');
+    } else if (result.kind === 'timeout') {
+      logger.warn({ upstream, route: request.endpoint, reason: result.reason }, 'upstream timed out');
+    }
+    const answer = answerFor(request.endpoint, result, clock.now(), client !== undefined);
+    if (answer.ttl === undefined) return { ...answer, stored: false, ...via };
+    if (answer.ttl === 'not_found') return { ...answer, stored: await this.#store(request, 404, answer.body, ttl.not_found, stamp), ...via };
+    // Cross-population: a user's 200 also answers the other user route.
+    const twin = counterpart(request.endpoint, answer.body);
+    const twinGeneration = twin && cache.generations.restamp(stamp, twin.path);
+    const [stored] = await Promise.all([
+      this.#store(request, 200, answer.body, ttl[request.endpoint], stamp),
+      twin && twinGeneration && this.#store(twin, 200, answer.body, ttl[twin.endpoint], twinGeneration),
+    ]);
+    return { ...answer, stored, ...via };
+  }
+
+  async #store(request: EndpointRequest, status: 200 | 404, body: Buffer, ttlSeconds: number, generation: Generation): Promise<boolean> {
+    if (ttlSeconds <= 0) return false;
+    return this.#deps.cache.store(request.path, { status, body, storedAt: this.#deps.clock.now(), ttlMs: ttlSeconds * 1000, generation });
+  }
+
+  /**
+   * Who a miss's call is for, to share the provider's call cap fairly: the key whose miss makes
+   * it (coalesced followers ride on the leader's), weighted by its plan's `provider_weight`.
+   */
+  #payerOf(client: Client): Payer {
+    const plan = this.#deps.config.rate_limits[client.plan];
+    const payer = { id: client.id, weight: plan?.provider_weight ?? 1, label: client.metricsId ?? client.id };
+    return plan?.provider_calls === undefined ? payer : { ...payer, budget: plan.provider_calls };
+  }
+
+  /** Pass-through auth: the cache answers only keys the provider accepted lately (upstream-verifier.ts). */
+  #trusted(client: Client): boolean {
+    const pass = passThrough(client);
+    return pass === undefined || this.#deps.verifier?.accepted(pass) === true;
+  }
+}
