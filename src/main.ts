@@ -3,13 +3,13 @@ import { getHeapStatistics } from 'node:v8';
 import { parseCommand, USAGE } from './cli.js';
 import { HEAP_LIMIT_WARNING, heapShortfall, oldSpaceLimitBytes, UNSHARED_CAP_WARNING, unsharedCapUpstreams } from './config/advice.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
-import { checkStartupFiles } from './config/startup-files.js';
+import { checkStartupFiles } from './app/preflight.js';
 import type { Config } from './config/types.js';
 import { DEMO_KEY, hasDemoKey } from './demo-key.js';
 import { healthCheck } from './health-check.js';
 import { createLogger } from './observability/logger.js';
-import { createPerch } from './server/server.js';
-import { handleSignals } from './server/signals.js';
+import { createPerch } from './app/perch.js';
+import { handleSignals } from './app/signals.js';
 import { PERCH_VERSION } from './version.js';
 
 /** Exit status for an unusable configuration or command line, as `--check-config` documents. */

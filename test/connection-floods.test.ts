@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { parseConfig } from '../src/config/load.js';
-import { createPerch } from '../src/server/server.js';
+import { createPerch } from '../src/app/perch.js';
 import { captureLogs } from './helpers/log-capture.js';
 import { KEY, startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { assertClosingError, holdConnection, onlyResponse, parseResponses, rawExchange, rawGet, type HeldSocket } from './helpers/raw-http.js';

@@ -4,7 +4,7 @@ import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { parseConfig } from '../src/config/load.js';
-import { createPerch } from '../src/server/server.js';
+import { createPerch } from '../src/app/perch.js';
 import { PERCH_VERSION } from '../src/version.js';
 import { captureLogs } from './helpers/log-capture.js';
 import { KEY, OTHER_KEY, startPerch, testConfig } from './helpers/perch.js';

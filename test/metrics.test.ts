@@ -96,7 +96,7 @@ test('two instances in one process keep separate registries', async (t) => {
 
 test('metrics.port moves metrics to their own listener and off the API one', async (t) => {
   const { parseConfig } = await import('../src/config/load.js');
-  const { createPerch } = await import('../src/server/server.js');
+  const { createPerch } = await import('../src/app/perch.js');
   const { captureLogs } = await import('./helpers/log-capture.js');
   const config = parseConfig(testConfig('demo: { kind: fixture }', 'metrics: { path: /m, port: 0 }'), {});
   const perch = createPerch({ config, logger: captureLogs().logger });

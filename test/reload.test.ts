@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseConfig } from '../src/config/load.js';
-import { createPerch } from '../src/server/server.js';
+import { createPerch } from '../src/app/perch.js';
 import { captureLogs } from './helpers/log-capture.js';
 import { KEY, OTHER_KEY, testConfig, v1 } from './helpers/perch.js';
 import { sampleUser } from './helpers/sample-bodies.js';

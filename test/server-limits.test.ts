@@ -6,7 +6,7 @@ import { connect } from 'node:net';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { ConfigError, parseConfig } from '../src/config/load.js';
-import { createPerch } from '../src/server/server.js';
+import { createPerch } from '../src/app/perch.js';
 import { captureLogs } from './helpers/log-capture.js';
 import { KEY, startPerch, testConfig } from './helpers/perch.js';
 import { tempDir } from './helpers/temp-dir.js';

@@ -6,17 +6,16 @@ import type { Logger } from '../observability/logger.js';
 import type { PerchMetrics } from '../observability/metrics.js';
 import { requestIdFrom } from '../server/request-id.js';
 import { send, sendError } from '../server/respond.js';
-import type { Runtime } from '../server/runtime.js';
+import type { AdminView } from './admin-view.js';
 import { readPurgeScope } from './purge-scope.js';
 
-export const PURGE_PATH = '/admin/purge';
 /** A purge body is a few dozen bytes; the bound keeps a caller from making perch buffer more. */
 export const MAX_PURGE_BODY_BYTES = 4096;
 
 const NOT_PROPAGATED = "Service unavailable: Redis did not record the purge; only this instance's memory was purged, retry";
 
 export interface PurgeRouteOptions {
-  readonly runtime: Runtime;
+  readonly runtime: AdminView;
   readonly cache: TieredCache;
   readonly metrics: PerchMetrics;
   readonly logger: Logger;
@@ -43,13 +42,11 @@ export class PurgeRoute {
     this.#options = options;
   }
 
-  /** Answers `req` when it is for this route and returns true; false leaves it to the API. */
+  /**
+   * Answers a request the URL table sent here and returns true; false (no `admin` section)
+   * leaves it to the API, which answers it like any unknown path.
+   */
   handle(req: IncomingMessage, res: ServerResponse): boolean {
-    const target = req.url ?? '/';
-    // Runs before every API request: a prefix test turns those away without slicing.
-    if (!target.startsWith(PURGE_PATH)) return false;
-    const q = target.indexOf('?');
-    if ((q === -1 ? target : target.slice(0, q)) !== PURGE_PATH) return false;
     const adminKeys = this.#options.runtime.current.adminKeys;
     if (adminKeys === undefined) return false;
 

@@ -2,7 +2,7 @@ import type { TieredCache } from '../cache/tiered-cache.js';
 import type { Config } from '../config/types.js';
 import { ENDPOINT_NAMES, type EndpointName } from '../endpoints.js';
 import type { PerchMetrics } from '../observability/metrics.js';
-import type { Runtime } from '../server/runtime.js';
+import type { AdminView } from './admin-view.js';
 import { PERCH_VERSION } from '../version.js';
 
 /** One endpoint's responses since this instance started, by how the cache took part. */
@@ -72,7 +72,7 @@ export interface StatusSnapshot {
 }
 
 export interface StatusSources {
-  readonly runtime: Runtime;
+  readonly runtime: AdminView;
   readonly metrics: PerchMetrics;
   readonly cache: TieredCache;
 }

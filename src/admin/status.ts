@@ -4,15 +4,13 @@ import type { Logger } from '../observability/logger.js';
 import type { PerchMetrics } from '../observability/metrics.js';
 import { requestIdFrom } from '../server/request-id.js';
 import { send, sendError } from '../server/respond.js';
-import type { Runtime } from '../server/runtime.js';
+import type { AdminView } from './admin-view.js';
 import { collectStatus } from './status-data.js';
 import { STATUS_PAGE, STATUS_PAGE_CSP } from './status-page.js';
 
-export const STATUS_PATH = '/status';
-export const STATUS_JSON_PATH = '/status.json';
 
 export interface StatusRouteOptions {
-  readonly runtime: Runtime;
+  readonly runtime: AdminView;
   readonly cache: TieredCache;
   readonly metrics: PerchMetrics;
   readonly logger: Logger;
@@ -33,21 +31,19 @@ export class StatusRoute {
     this.#options = options;
   }
 
-  /** Answers `req` when it is for this route and returns true; false leaves it to the API. */
-  handle(req: IncomingMessage, res: ServerResponse): boolean {
-    const target = req.url ?? '/';
-    // Runs before every API request: a prefix test turns those away without slicing.
-    if (!target.startsWith(STATUS_PATH)) return false;
-    const q = target.indexOf('?');
-    const path = q === -1 ? target : target.slice(0, q);
-    if (path !== STATUS_PATH && path !== STATUS_JSON_PATH) return false;
+  /**
+   * Answers a request the URL table sent here (`page`: `/status`, else `/status.json`) and
+   * returns true; false (no `admin` section, or the page off) leaves it to the API, which answers
+   * it like any unknown path.
+   */
+  handle(page: boolean, req: IncomingMessage, res: ServerResponse): boolean {
     const { runtime } = this.#options;
     const adminKeys = runtime.current.adminKeys;
     if (adminKeys === undefined || runtime.current.config.admin?.status_page !== true) return false;
 
     const head = req.method === 'HEAD';
     const requestId = requestIdFrom(req.headers['x-request-id']);
-    if (path === STATUS_PATH) {
+    if (page) {
       if (req.method !== 'GET' && !head) return this.#refuse(req, res, requestId, 'E405', undefined);
       this.#page(res, head, requestId);
       return true;

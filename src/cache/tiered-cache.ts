@@ -112,9 +112,9 @@ export class TieredCache {
     return false;
   }
 
-  async close(): Promise<void> {
+  /** Stops following purges; the Redis connection is the composition root's to close. */
+  close(): void {
     this.#redis?.purges.close();
-    await this.#redis?.guard.close();
   }
 
   #classify(entry: CacheEntry | undefined): Found | undefined {

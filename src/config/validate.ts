@@ -1,5 +1,6 @@
 import { keysUnder } from './config-keys.js';
 import { ENDPOINT_NAMES, type EndpointName } from '../endpoints.js';
+import { OPERATIONAL_PATHS } from '../url-table.js';
 import type { CacheConfig, Config, LogConfig, MetricsConfig, ProviderCallBudget, RateLimitPlan, UpstreamConfig } from './types.js';
 import {
   NAME_PATTERN,
@@ -21,8 +22,8 @@ import { validateRedis } from './validate-redis.js';
 import { validateServer } from './validate-server.js';
 import { validateUpstreams } from './validate-upstreams.js';
 
-/** Paths perch answers itself besides metrics; see src/server/public-routes.ts and src/admin/. */
-const RESERVED_PATHS = ['/healthz', '/readyz', '/openapi.json', '/admin/purge', '/status', '/status.json'];
+/** Paths perch answers itself besides metrics: metrics must not shadow one. */
+const RESERVED_PATHS = Object.keys(OPERATIONAL_PATHS);
 
 const LOG_LEVELS: readonly LogConfig['level'][] = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'];
 

@@ -2,9 +2,7 @@ import type { Client } from '../auth/key-store.js';
 import type { Clock } from '../clock.js';
 import type { Config, RateLimitPlan } from '../config/types.js';
 import type { Logger } from '../observability/logger.js';
-import { NodeBreakers } from '../redis/node-breakers.js';
-import type { GuardedRedis } from '../redis/guarded-redis.js';
-import { createRedisClient, type RedisClient } from '../redis/redis-client.js';
+import type { RedisConnection } from '../redis/guarded-redis.js';
 import { InsuredLimiter } from './insured-limiter.js';
 import { LeasedLimiter } from './leased-limiter.js';
 import { MemoryLimiter } from './memory-limiter.js';
@@ -22,47 +20,23 @@ export class RateLimits {
    */
   readonly #plans = new WeakMap<RateLimitPlan, Plan>();
   readonly #limiter: BucketLimiter;
-  readonly #client: RedisClient | undefined;
-  /** Whether this instance opened `#client` (and so closes it), or shares the cache's. */
-  readonly #ownsClient: boolean;
   /** `server.*` takes a restart, so the dialects of the first config hold for every plan. */
   readonly #headers: Parameters<typeof compilePlan>[2];
 
   /**
-   * `cacheRedis`: the cache tier's connection. Without `rate_limits_redis` the buckets live in
-   * that same Redis, so they use the same connection and the same per-node health: a node the
-   * cache found dead is skipped by the limits too, and a request pays at most one timeout for it.
+   * `redis`: the connection of `rate_limits_redis`, else of `cache.redis` (the composition root
+   * decides, opens and closes it); absent: the buckets live in this instance's memory.
    */
-  constructor(config: Config, deps: { clock: Clock; logger: Logger; cacheRedis?: GuardedRedis }) {
+  constructor(config: Config, deps: { clock: Clock; logger: Logger; redis?: RedisConnection }) {
     this.#headers = { dialects: config.server.rate_limit_headers, clock: deps.clock };
     const memory = new MemoryLimiter(deps.clock);
-    const redis = config.rate_limits_redis ?? config.cache.redis;
-    if (redis === undefined) {
+    if (deps.redis === undefined) {
       this.#limiter = memory;
-      this.#ownsClient = false;
       return;
     }
-    const reuse = config.rate_limits_redis === undefined ? deps.cacheRedis : undefined;
-    let breakers: NodeBreakers;
-    if (reuse !== undefined) {
-      this.#client = reuse.client;
-      this.#ownsClient = false;
-      breakers = reuse.breakers;
-    } else {
-      this.#client = createRedisClient(redis, 'perch-rate-limits', config.rate_limits_redis === undefined ? 'cache.redis' : 'rate_limits_redis');
-      this.#ownsClient = true;
-      // Connection errors repeat on every reconnect attempt; the limiter logs the state change
-      // once, and without a listener ioredis would print each one as unhandled.
-      this.#client.on('error', (error: Error) => deps.logger.debug({ reason: error.message }, 'rate limits: Redis connection error'));
-      breakers = new NodeBreakers(this.#client, { clock: deps.clock, logger: deps.logger, name: 'rate-limit redis' });
-    }
-    const shared = new RedisLimiter(this.#client, { prefix: redis.prefix, commandTimeoutMs: redis.command_timeout_ms });
-    this.#limiter = new InsuredLimiter(new LeasedLimiter(shared, deps.clock, breakers), memory, breakers, deps.logger);
-  }
-
-  /** The Redis connection of the shared buckets, which the provider guard shares; absent without Redis. */
-  get redis(): RedisClient | undefined {
-    return this.#client;
+    const { settings, guard } = deps.redis;
+    const shared = new RedisLimiter(guard.client, { prefix: settings.prefix, commandTimeoutMs: settings.command_timeout_ms });
+    this.#limiter = new InsuredLimiter(new LeasedLimiter(shared, deps.clock, guard.breakers), memory, guard.breakers, deps.logger);
   }
 
   /**
@@ -85,11 +59,5 @@ export class RateLimits {
    */
   take(client: Client, plan: Plan, cost: 0 | 1): Verdict | Promise<Verdict> {
     return this.#limiter.take(client.id, plan, cost);
-  }
-
-  async close(): Promise<void> {
-    // disconnect, not quit: quit waits for an answer a dead or frozen Redis never gives. A shared
-    // connection is the cache's to close.
-    if (this.#ownsClient) this.#client?.disconnect();
   }
 }

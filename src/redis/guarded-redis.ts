@@ -1,4 +1,5 @@
 import type { Clock } from '../clock.js';
+import type { RedisConfig } from '../config/types.js';
 import type { Logger } from '../observability/logger.js';
 import type { BreakerState } from './breaker.js';
 import { FailureSummary } from './failure-summary.js';
@@ -14,6 +15,15 @@ export interface RedisCallStats {
   skipped: number;
   /** Cleanups sent without waiting (lease releases) that failed; no request waited on them. */
   cleanupErrors: number;
+}
+
+/**
+ * One Redis as the subsystems on it see it: its settings and its guarded connection, opened
+ * once by the composition root (app/redis-connections.ts) and shared by every subsystem on it.
+ */
+export interface RedisConnection {
+  readonly settings: RedisConfig;
+  readonly guard: GuardedRedis;
 }
 
 export interface GuardedRedisOptions {

@@ -5,7 +5,7 @@ import type { Clock } from '../../src/clock.js';
 import { parseConfig } from '../../src/config/load.js';
 import type { Config } from '../../src/config/types.js';
 import type { Timers } from '../../src/timers.js';
-import { createPerch } from '../../src/server/server.js';
+import { createPerch } from '../../src/app/perch.js';
 import { onCleanup } from './cleanup.js';
 import { captureLogs, type LogCapture } from './log-capture.js';
 

@@ -1,5 +1,6 @@
 import type { Logger } from '../../observability/logger.js';
 import type { Breaker } from '../../redis/breaker.js';
+import type { NodeBreakers } from '../../redis/node-breakers.js';
 import { insured, SwitchLog } from '../../redis/insurance.js';
 import type { MemoryProviderState } from './memory-state.js';
 import type { Admission, AdmitQuery, OutcomeReport, OutcomeTotals, ProviderState, Spend, SpendQuery, Stop, StopState } from './provider-state.js';
@@ -15,13 +16,13 @@ import type { RedisProviderState } from './redis-state.js';
 export class InsuredProviderState implements ProviderState {
   readonly #redis: RedisProviderState;
   readonly #memory: MemoryProviderState;
-  readonly #breaker: Breaker;
+  readonly #breakers: NodeBreakers;
   readonly #switches: SwitchLog;
 
-  constructor(redis: RedisProviderState, memory: MemoryProviderState, breaker: Breaker, logger: Logger) {
+  constructor(redis: RedisProviderState, memory: MemoryProviderState, breakers: NodeBreakers, logger: Logger) {
     this.#redis = redis;
     this.#memory = memory;
-    this.#breaker = breaker;
+    this.#breakers = breakers;
     this.#switches = new SwitchLog(logger, {
       down: 'provider guard: Redis failed, each instance keeps its share of every cap (redis_down_share)',
       up: 'provider guard: Redis answers again, caps and stops are shared again',
@@ -35,6 +36,7 @@ export class InsuredProviderState implements ProviderState {
     if (local.candidates.length === 0 && local.earliest !== undefined) return { kind: 'stopped', ...local.earliest };
     const free = local.candidates.length === query.candidates.length ? query : { ...query, candidates: local.candidates };
     return this.#insured(
+      this.#upstream(query.upstream),
       () => this.#redis.admit(free),
       () => this.#memory.admit({ ...free, cap: query.localCap }),
     );
@@ -43,6 +45,7 @@ export class InsuredProviderState implements ProviderState {
   /** Budgets are the fleet's while Redis answers; while it does not, each instance counts its own. */
   spend(query: SpendQuery): Spend | Promise<Spend> {
     return this.#insured(
+      this.#budget(query),
       () => this.#redis.spend(query),
       () => this.#memory.spend(query),
     );
@@ -50,35 +53,45 @@ export class InsuredProviderState implements ProviderState {
 
   refund(query: SpendQuery): void {
     this.#memory.refund(query);
-    if (this.#breaker.state === 'closed') this.#redis.refund(query);
+    if (this.#budget(query).state === 'closed') this.#redis.refund(query);
   }
 
   /** The throttle goes on with this instance's own counts while Redis is away. */
   exchange(report: OutcomeReport): OutcomeTotals | undefined | Promise<OutcomeTotals | undefined> {
     return this.#insured<OutcomeTotals | undefined>(
+      this.#upstream(report.upstream),
       () => this.#redis.exchange(report),
       () => undefined,
     );
   }
 
   /** Redis's answer while its breaker lets it be asked and it answers; this instance's otherwise. */
-  #insured<T>(shared: () => Promise<T>, local: () => T): T | Promise<T> {
-    return insured(this.#breaker, shared, local, this.#switches);
+  #insured<T>(breaker: Breaker, shared: () => Promise<T>, local: () => T): T | Promise<T> {
+    return insured(breaker, shared, local, this.#switches);
+  }
+
+  /** The breaker of the node holding an upstream's keys (one for a single Redis). */
+  #upstream(upstream: string): Breaker {
+    return this.#breakers.for(this.#redis.upstreamKey(upstream));
+  }
+
+  #budget(query: SpendQuery): Breaker {
+    return this.#breakers.for(this.#redis.budgetKey(query));
   }
 
   finish(upstream: string, leaseId: string): void {
     this.#memory.finish(upstream, leaseId);
-    if (this.#breaker.state === 'closed') this.#redis.finish(upstream, leaseId);
+    if (this.#upstream(upstream).state === 'closed') this.#redis.finish(upstream, leaseId);
   }
 
   async stop(stop: Stop): Promise<void> {
     this.#memory.stop(stop);
-    if (this.#breaker.state === 'closed') await this.#redis.stop(stop);
+    if (this.#upstream(stop.upstream).state === 'closed') await this.#redis.stop(stop);
   }
 
   async lift(upstream: string, credential: string, scope: string, state: StopState): Promise<void> {
     this.#memory.lift(upstream, credential, scope, state);
-    if (this.#breaker.state === 'closed') await this.#redis.lift(upstream, credential, scope, state);
+    if (this.#upstream(upstream).state === 'closed') await this.#redis.lift(upstream, credential, scope, state);
   }
 
   async close(): Promise<void> {}

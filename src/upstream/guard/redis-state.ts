@@ -287,7 +287,7 @@ export class RedisProviderState implements ProviderState {
     // As for the client buckets: right after start-up, wait for the first connection (up to a
     // command timeout) rather than report an outage that is not one.
     if (!this.#everReady && !this.#connectionFailed) await this.#awaitFirstConnection();
-    const base = this.#base(query.upstream);
+    const base = this.upstreamKey(query.upstream);
     const per = stopKeysFor('x', query.scope).length;
     const stopKeys = query.candidates.flatMap((c) => stopKeysFor(c, query.scope).map(([cr, sc]) => `${base}:stop:${cr}:${sc}`));
     const keys = [`${base}:bucket`, `${base}:recent`, `${base}:quota`, `${base}:leases`, `${base}:fair`, `${base}:fairq`, `${base}:fairlive`, ...stopKeys];
@@ -317,7 +317,7 @@ export class RedisProviderState implements ProviderState {
   }
 
   finish(upstream: string, leaseId: string): void {
-    const base = this.#base(upstream);
+    const base = this.upstreamKey(upstream);
     // Not awaited: the answer is already on its way to the client. A lost finish only keeps the
     // call counted until its lease ends, which errs on the provider's side.
     this.#scripts[FINISH](`${base}:recent`, `${base}:quota`, `${base}:leases`, leaseId).catch(() => undefined);
@@ -325,12 +325,12 @@ export class RedisProviderState implements ProviderState {
 
   async stop(stop: Stop): Promise<void> {
     const ttl = Math.max(1, stop.untilMs - this.#clockNow()) + 1000;
-    const key = `${this.#base(stop.upstream)}:stop:${stop.credential}:${stop.scope}`;
+    const key = `${this.upstreamKey(stop.upstream)}:stop:${stop.credential}:${stop.scope}`;
     await this.#scripts[STOP](key, String(stop.untilMs), stop.state, ttl);
   }
 
   async lift(upstream: string, credential: string, scope: string, state: StopState): Promise<void> {
-    await this.#scripts[LIFT](`${this.#base(upstream)}:stop:${credential}:${scope}`, state);
+    await this.#scripts[LIFT](`${this.upstreamKey(upstream)}:stop:${credential}:${scope}`, state);
   }
 
   async exchange(report: OutcomeReport): Promise<OutcomeTotals> {
@@ -338,7 +338,7 @@ export class RedisProviderState implements ProviderState {
     // Two windows: an idle upstream's counts are gone by the time they could mislead.
     const ttlMs = Math.ceil(2 * slices * sliceMs);
     const [accepts, failures, stored] = await this.#scripts[OUTCOMES](
-      `${this.#base(report.upstream)}:throttle`,
+      `${this.upstreamKey(report.upstream)}:throttle`,
       slice,
       slices,
       ttlMs,
@@ -351,17 +351,17 @@ export class RedisProviderState implements ProviderState {
 
   async spend(query: SpendQuery): Promise<Spend> {
     const ttlMs = Math.max(1, query.endMs - this.#clockNow()) + 86_400_000;
-    const [allowed, used] = await this.#scripts[SPEND](this.#budgetKey(query), query.limit, ttlMs);
+    const [allowed, used] = await this.#scripts[SPEND](this.budgetKey(query), query.limit, ttlMs);
     return { allowed: Number(allowed) === 1, used: Number(used) };
   }
 
   refund(query: SpendQuery): void {
     // Not awaited: a lost refund counts one call too many, which errs on the provider's side.
-    this.#scripts[REFUND](this.#budgetKey(query)).catch(() => undefined);
+    this.#scripts[REFUND](this.budgetKey(query)).catch(() => undefined);
   }
 
   /** Per key, with the key id as its Cluster hash tag: one key's windows share a node. */
-  #budgetKey(query: SpendQuery): string {
+  budgetKey(query: SpendQuery): string {
     return `${this.#prefix}budget:{${query.keyId}}:${query.startMs}`;
   }
 
@@ -374,7 +374,8 @@ export class RedisProviderState implements ProviderState {
     clearTimeout(timer);
   }
 
-  #base(upstream: string): string {
+  /** Every key of one upstream shares this base, and so one Cluster node. */
+  upstreamKey(upstream: string): string {
     return `${this.#prefix}{up:${upstream}}`;
   }
 }

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { X509Certificate } from 'node:crypto';
 import { createSecureContext } from 'node:tls';
 import { readTlsFiles } from '../server/tls.js';
-import type { Config } from './types.js';
+import type { Config } from '../config/types.js';
 
 /**
  * Reads every file a start-up with `config` reads (the TLS certificate and key, the Redis CA

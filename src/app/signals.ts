@@ -1,6 +1,6 @@
 import { ConfigError, loadConfigFile } from '../config/load.js';
 import type { Logger } from '../observability/logger.js';
-import type { Perch } from './server.js';
+import type { Perch } from './perch.js';
 
 export interface SignalOptions {
   readonly perch: Perch;

@@ -1,4 +1,4 @@
-import type { Server } from 'node:http';
+import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Dispatcher } from 'undici';
 import { PurgeRoute } from '../admin/purge.js';
@@ -14,7 +14,9 @@ import { RateLimits } from '../ratelimit/rate-limits.js';
 import { systemTimers, type Timers } from '../timers.js';
 import { BudgetBook } from '../upstream/budget-book.js';
 import { createProviderState } from '../upstream/guard/create-provider-state.js';
-import { createApiServer, createMetricsServer, drain } from './listener.js';
+import { createApiServer, createMetricsServer, drain } from '../server/listener.js';
+import { operationalRoute, type OperationalRoute } from '../url-table.js';
+import { openRedis } from './redis-connections.js';
 import { PublicRoutes } from './public-routes.js';
 import { createRequestHandler } from './request-handler.js';
 import { Runtime } from './runtime.js';
@@ -65,9 +67,10 @@ export function createPerch(options: PerchOptions): Perch {
   const clock = options.clock ?? systemClock;
   const timers = options.timers ?? systemTimers;
   const metrics = new PerchMetrics();
-  const tiers = createCache(config, { clock, logger });
-  const rateLimits = new RateLimits(config, { clock, logger, cacheRedis: tiers.redis });
-  const providerState = createProviderState(config, { clock, logger, redis: rateLimits.redis });
+  const redis = openRedis(config, { clock, logger });
+  const tiers = createCache(config, { clock, logger, ...(redis.cache === undefined ? {} : { redis: redis.cache }) });
+  const rateLimits = new RateLimits(config, { clock, logger, ...(redis.limits === undefined ? {} : { redis: redis.limits }) });
+  const providerState = createProviderState({ clock, logger, ...(redis.limits === undefined ? {} : { redis: redis.limits }) });
   const budgets = new BudgetBook(clock);
   const runtime = new Runtime(config, { clock, timers, logger, metrics, providerState, dispatchers: options.dispatchers, random: options.random, budgets });
   const readThrough = new ReadThrough({
@@ -114,7 +117,7 @@ export function createPerch(options: PerchOptions): Perch {
     'When the running configuration was loaded, in seconds since the epoch.',
     () => runtime.reloadStatus.lastSuccessMs / 1000,
   );
-  const routes = new PublicRoutes({ runtime, metrics, serveMetrics: config.metrics.port === undefined, logger });
+  const routes = new PublicRoutes({ runtime, metrics, logger });
   if (tiers.cache.shared) {
     // Up means connected now and not bypassed: a Redis never reached since boot has a closed
     // breaker (nothing failed yet) but serves nothing.
@@ -124,9 +127,26 @@ export function createPerch(options: PerchOptions): Perch {
   }
   const purge = new PurgeRoute({ runtime, cache: tiers.cache, metrics, logger });
   const status = new StatusRoute({ runtime, cache: tiers.cache, metrics, logger });
+  // Metrics on the API listener unless `metrics.port` gives them their own.
+  const metricsHere = config.metrics.port === undefined;
+  const operational = (route: OperationalRoute, req: IncomingMessage, res: ServerResponse): boolean => {
+    switch (route) {
+      case 'purge':
+        return purge.handle(req, res);
+      case 'status_page':
+      case 'status_json':
+        return status.handle(route === 'status_page', req, res);
+      default:
+        routes.handle(route, req, res);
+        return true;
+    }
+  };
   const server = createApiServer(
     config.server,
-    (req, res) => routes.handle(req, res) || purge.handle(req, res) || status.handle(req, res) || handler(req, res),
+    (req, res) => {
+      const route = operationalRoute(req.url ?? '/', metricsHere ? runtime.current.config.metrics.path : undefined);
+      if (route === undefined || !operational(route, req, res)) handler(req, res);
+    },
     logger,
   );
   const metricsServer = config.metrics.port === undefined ? undefined : createMetricsServer((req, res) => routes.handleMetricsOnly(req, res));
@@ -148,10 +168,8 @@ export function createPerch(options: PerchOptions): Perch {
       await Promise.all([drain(server, grace), metricsServer === undefined ? undefined : drain(metricsServer, grace)]);
       // Upstream exchanges still running past the grace period serve nobody now: not waited for.
       await within(runtime.close(), deadline - performance.now());
-      // One store failing to close must not keep the other's connection open.
-      const closed = await Promise.allSettled([rateLimits.close(), tiers.cache.close()]);
-      const failure = closed.find((result) => result.status === 'rejected');
-      if (failure !== undefined) throw failure.reason;
+      tiers.cache.close();
+      await redis.close();
     },
   };
 }

@@ -4,7 +4,8 @@ import { errorBody } from '../errors/error-table.js';
 import type { Logger } from '../observability/logger.js';
 import type { PerchMetrics } from '../observability/metrics.js';
 import { OPENAPI_DOCUMENT } from '../openapi/document.js';
-import { send } from './respond.js';
+import { send } from '../server/respond.js';
+import { splitTarget, type OperationalRoute } from '../url-table.js';
 import type { Runtime } from './runtime.js';
 
 /** A readiness condition owned elsewhere (e.g. "Redis reachable"); true when satisfied. */
@@ -13,10 +14,11 @@ export type ReadinessCheck = () => boolean | Promise<boolean>;
 export interface PublicRoutesOptions {
   readonly runtime: Runtime;
   readonly metrics: PerchMetrics;
-  /** Whether metrics are served here; false when `metrics.port` gives them their own listener. */
-  readonly serveMetrics: boolean;
   readonly logger: Logger;
 }
+
+/** The operational routes answered here; admin's are admin/'s. */
+export type PublicRoute = Exclude<OperationalRoute, 'purge' | 'status_page' | 'status_json'>;
 
 /**
  * Operational endpoints answered without an API key and without spending a rate-limit token:
@@ -41,30 +43,22 @@ export class PublicRoutes {
     this.#checks.set(name, { check, hard: options.hard === true });
   }
 
-  /** Answers `req` when it is one of these routes and returns true; false leaves it to the API. */
-  handle(req: IncomingMessage, res: ServerResponse): boolean {
-    // Exact path match: a query string is allowed (probes add cache busters), nothing else.
-    const target = req.url ?? '/';
-    const q = target.indexOf('?');
-    const path = q === -1 ? target : target.slice(0, q);
-    if (!path.startsWith('/') || path.startsWith('/v1/')) return false;
-    const route = this.#route(path);
-    if (route === undefined) return false;
+  /** Answers one of these routes (the URL table picked it). */
+  handle(route: PublicRoute, req: IncomingMessage, res: ServerResponse): void {
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       send(res, req.method === 'HEAD', 405, errorBody('E405'), ['allow', 'GET, HEAD']);
-      return true;
+      return;
     }
-    route(req.method === 'HEAD', res).catch((error: unknown) => {
-      this.#options.logger.error({ err: error, path }, 'error serving an operational endpoint');
+    this.#serve(route, req.method === 'HEAD', res).catch((error: unknown) => {
+      this.#options.logger.error({ err: error, route }, 'error serving an operational endpoint');
       if (!res.headersSent) send(res, false, 500, errorBody('E500'), []);
       else res.destroy();
     });
-    return true;
   }
 
   /** The metrics endpoint alone, for the separate `metrics.port` listener. */
   handleMetricsOnly(req: IncomingMessage, res: ServerResponse): void {
-    const path = (req.url ?? '/').split('?')[0];
+    const [path] = splitTarget(req.url ?? '/');
     if (path !== this.#options.runtime.current.config.metrics.path) {
       send(res, req.method === 'HEAD', 404, errorBody('E404'), []);
       return;
@@ -72,18 +66,16 @@ export class PublicRoutes {
     this.#metrics(req.method === 'HEAD', res).catch(() => res.destroy());
   }
 
-  #route(path: string): ((head: boolean, res: ServerResponse) => Promise<void>) | undefined {
-    switch (path) {
-      case '/healthz':
-        return async (head, res) => sendJson(res, head, 200, { status: 'ok' });
-      case '/readyz':
-        return (head, res) => this.#ready(head, res);
-      case '/openapi.json':
-        return async (head, res) => send(res, head, 200, this.#openapi, []);
-      default:
-        return this.#options.serveMetrics && path === this.#options.runtime.current.config.metrics.path
-          ? (head, res) => this.#metrics(head, res)
-          : undefined;
+  async #serve(route: PublicRoute, head: boolean, res: ServerResponse): Promise<void> {
+    switch (route) {
+      case 'healthz':
+        return sendJson(res, head, 200, { status: 'ok' });
+      case 'readyz':
+        return this.#ready(head, res);
+      case 'openapi':
+        return send(res, head, 200, this.#openapi, []);
+      case 'metrics':
+        return this.#metrics(head, res);
     }
   }
 

@@ -15,9 +15,9 @@ import { pushRateLimitHeaders } from '../ratelimit/headers.js';
 import type { RateLimits } from '../ratelimit/rate-limits.js';
 import type { Verdict } from '../ratelimit/token-bucket.js';
 import type { BudgetBook, BudgetStanding } from '../upstream/budget-book.js';
-import { requestIdFrom } from './request-id.js';
-import { pushCachePolicy, send, sendError } from './respond.js';
-import { matchRoute, type RouteMatch } from './route.js';
+import { requestIdFrom } from '../server/request-id.js';
+import { pushCachePolicy, send, sendError } from '../server/respond.js';
+import { matchRoute, type RouteMatch } from '../url-table.js';
 
 /**
  * `config`, `keys` and `upstreams` are replaced by a SIGHUP reload (server.ts passes getters over

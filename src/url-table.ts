@@ -1,4 +1,44 @@
-import { DEFAULT_COUNT, INVALID, MAX_COUNT, MAX_CURSOR_BYTES, PARAMETER_PATTERNS, type EndpointName, type EndpointRequest, type PathParams } from '../endpoints.js';
+import { DEFAULT_COUNT, INVALID, MAX_COUNT, MAX_CURSOR_BYTES, PARAMETER_PATTERNS, type EndpointName, type EndpointRequest, type PathParams } from './endpoints.js';
+
+/**
+ * The whole URL table: the paths perch answers itself (probes, metrics, the OpenAPI document,
+ * admin) and the six API routes, with the one way a request target is split into path and query.
+ * Everything not in the table is the API handler's, which answers an unknown path 404 after the
+ * key check, so a caller without a key learns nothing about which paths exist.
+ */
+
+/** Operational and admin paths, answered outside the API: no rate-limit token, no API access line. */
+export const OPERATIONAL_PATHS = {
+  '/healthz': 'healthz',
+  '/readyz': 'readyz',
+  '/openapi.json': 'openapi',
+  '/admin/purge': 'purge',
+  '/status': 'status_page',
+  '/status.json': 'status_json',
+} as const satisfies Readonly<Record<string, string>>;
+
+/** An operational route; `metrics` is at `metrics.path`, which the configuration chooses. */
+export type OperationalRoute = (typeof OPERATIONAL_PATHS)[keyof typeof OPERATIONAL_PATHS] | 'metrics';
+
+const OPERATIONAL = new Map<string, OperationalRoute>(Object.entries(OPERATIONAL_PATHS));
+
+/** Path and query of a request target (`/a/b?c=d` -> `/a/b`, `c=d`); the query is '' when absent. */
+export function splitTarget(target: string): readonly [path: string, query: string] {
+  const q = target.indexOf('?');
+  return q === -1 ? [target, ''] : [target.slice(0, q), target.slice(q + 1)];
+}
+
+/**
+ * The operational route a target names, by exact path (a query is allowed: probes add cache
+ * busters); undefined for the API's. `metricsPath`: where metrics are served on this listener,
+ * undefined when `metrics.port` gives them their own.
+ */
+export function operationalRoute(target: string, metricsPath: string | undefined): OperationalRoute | undefined {
+  // Every API request comes through here first: its prefix turns it away without slicing.
+  if (target.startsWith('/v1/')) return undefined;
+  const [path] = splitTarget(target);
+  return OPERATIONAL.get(path) ?? (path === metricsPath ? 'metrics' : undefined);
+}
 
 /** Result of matching a request target against the six routes. */
 export type RouteMatch =
@@ -35,9 +75,7 @@ const recent = new Map<string, RouteMatch>();
 const RECENT_TARGETS = 1024;
 
 function matchTarget(target: string): RouteMatch {
-  const q = target.indexOf('?');
-  const path = q === -1 ? target : target.slice(0, q);
-  const query = q === -1 ? '' : target.slice(q + 1);
+  const [path, query] = splitTarget(target);
   const s = path.split('/');
   // s[0] is the empty string before the leading slash.
   if (s[0] !== '' || s[1] !== 'v1') return UNKNOWN;
