@@ -7,7 +7,7 @@ import { checkStartupFiles } from './app/preflight.js';
 import type { Config } from './config/types.js';
 import { DEMO_KEY, hasDemoKey } from './demo-key.js';
 import { healthCheck } from './health-check.js';
-import { createLogger } from './observability/logger.js';
+import { createLogger } from './logging/logger.js';
 import { createPerch } from './app/perch.js';
 import { handleSignals } from './app/signals.js';
 import { PERCH_VERSION } from './version.js';

@@ -4,10 +4,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { test, type TestContext } from 'node:test';
-import { createAccessLog, type AccessFields } from '../src/observability/access-log.js';
-import { LineBatcher } from '../src/observability/line-batcher.js';
+import { createAccessLog, type AccessFields } from '../src/logging/access-log.js';
+import { LineBatcher } from '../src/logging/line-batcher.js';
 import { waitFor } from './helpers/perch.js';
-import { createLogger } from '../src/observability/logger.js';
+import { createLogger } from '../src/logging/logger.js';
 
 const FIELDS: AccessFields = {
   req_id: 'id-1',

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Counter, Histogram, Registry } from 'prom-client';
-import { FastCounter, FastHistogram } from '../src/observability/fast-metrics.js';
+import { FastCounter, FastHistogram } from '../src/metrics/fast-metrics.js';
 
 const BUCKETS = [0.001, 0.01, 0.1, 1];
 

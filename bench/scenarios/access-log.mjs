@@ -11,10 +11,10 @@ const repoRoot = process.env.BENCH_PERCH_ROOT ?? dirname(dirname(dirname(fileURL
 ensureBuilt(repoRoot, join(repoRoot, 'dist', 'src', 'main.js'));
 const dist = (file) => import(pathToFileURL(join(repoRoot, 'dist', 'src', file)).href);
 const [{ createLogger }, { createAccessLog }, { loggedPath, clip }, { LineBatcher }] = await Promise.all([
-  dist('observability/logger.js'),
-  dist('observability/access-log.js'),
-  dist('observability/access-log-fields.js'),
-  dist('observability/line-batcher.js'),
+  dist('logging/logger.js'),
+  dist('logging/access-log.js'),
+  dist('logging/access-log-fields.js'),
+  dist('logging/line-batcher.js'),
 ]);
 const { openSync, closeSync } = await import('node:fs');
 

@@ -1,7 +1,7 @@
 import type { TieredCache } from '../cache/tiered-cache.js';
 import type { Config } from '../config/types.js';
 import { ENDPOINT_NAMES, type EndpointName } from '../endpoints.js';
-import type { PerchMetrics } from '../observability/metrics.js';
+import type { PerchMetrics } from '../metrics/metrics.js';
 import type { AdminView } from './admin-view.js';
 import { PERCH_VERSION } from '../version.js';
 

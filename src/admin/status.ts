@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { TieredCache } from '../cache/tiered-cache.js';
-import type { Logger } from '../observability/logger.js';
-import type { PerchMetrics } from '../observability/metrics.js';
+import type { Logger } from '../logging/logger.js';
+import type { PerchMetrics } from '../metrics/metrics.js';
 import { requestIdFrom } from '../server/request-id.js';
 import { send, sendError } from '../server/respond.js';
 import type { AdminView } from './admin-view.js';

@@ -1,8 +1,8 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ENDPOINT_NAMES } from '../endpoints.js';
 import { errorBody } from '../errors/error-table.js';
-import type { Logger } from '../observability/logger.js';
-import type { PerchMetrics } from '../observability/metrics.js';
+import type { Logger } from '../logging/logger.js';
+import type { PerchMetrics } from '../metrics/metrics.js';
 import { OPENAPI_DOCUMENT } from '../openapi/document.js';
 import { send } from '../server/respond.js';
 import { splitTarget, type OperationalRoute } from '../url-table.js';

@@ -1,6 +1,6 @@
 import type { Clock } from '../clock.js';
 import type { Config } from '../config/types.js';
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../logging/logger.js';
 import { GuardedRedis, type RedisConnection } from '../redis/guarded-redis.js';
 import { createRedisClient } from '../redis/redis-client.js';
 

@@ -1,5 +1,5 @@
 import { ConfigError, loadConfigFile } from '../config/load.js';
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../logging/logger.js';
 import type { Perch } from './perch.js';
 
 export interface SignalOptions {

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../logging/logger.js';
 import type { GuardedRedis } from '../redis/guarded-redis.js';
 import type { RedisClient } from '../redis/redis-client.js';
 import type { Generations, PurgeTarget } from './generations.js';

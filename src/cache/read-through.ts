@@ -3,7 +3,7 @@ import { passThrough, type PassThroughClient, type UpstreamVerifier } from '../a
 import type { Clock } from '../clock.js';
 import type { Config } from '../config/types.js';
 import type { EndpointRequest } from '../endpoints.js';
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../logging/logger.js';
 import { answerFor, errorAnswer, type UpstreamAnswer } from '../upstream/answer.js';
 import type { Payer } from '../upstream/upstream.js';
 import type { UpstreamSet } from '../upstream/upstream-set.js';

@@ -1,4 +1,4 @@
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../logging/logger.js';
 import { insured, SwitchLog } from '../redis/insurance.js';
 import type { NodeBreakers } from '../redis/node-breakers.js';
 import type { MemoryLimiter } from './memory-limiter.js';

@@ -1,7 +1,7 @@
 import type { Client } from '../auth/key-store.js';
 import type { Clock } from '../clock.js';
 import type { Config, RateLimitPlan } from '../config/types.js';
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../logging/logger.js';
 import type { RedisConnection } from '../redis/guarded-redis.js';
 import { InsuredLimiter } from './insured-limiter.js';
 import { LeasedLimiter } from './leased-limiter.js';

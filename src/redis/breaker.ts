@@ -1,5 +1,5 @@
 import type { Clock } from '../clock.js';
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../logging/logger.js';
 
 export type BreakerState = 'closed' | 'open' | 'half_open';
 

@@ -1,5 +1,5 @@
 import type { Clock } from '../clock.js';
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../logging/logger.js';
 
 /** Length of one summary interval. */
 export const SUMMARY_INTERVAL_MS = 10_000;

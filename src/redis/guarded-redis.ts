@@ -1,6 +1,6 @@
 import type { Clock } from '../clock.js';
 import type { RedisConfig } from '../config/types.js';
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../logging/logger.js';
 import type { BreakerState } from './breaker.js';
 import { FailureSummary } from './failure-summary.js';
 import { insured } from './insurance.js';

@@ -1,4 +1,4 @@
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../logging/logger.js';
 import type { Breaker } from './breaker.js';
 
 /** What a caller hears about the shared path, beside what the breaker counts. */

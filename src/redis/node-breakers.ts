@@ -1,7 +1,7 @@
 import calculateSlot from 'cluster-key-slot';
 import { Cluster } from 'ioredis';
 import type { Clock } from '../clock.js';
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../logging/logger.js';
 import { Breaker, type BreakerState } from './breaker.js';
 import type { RedisClient } from './redis-client.js';
 

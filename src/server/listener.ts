@@ -10,7 +10,7 @@ import { createServer as createHttpsServer } from 'node:https';
 import type { Socket } from 'node:net';
 import type { ServerConfig } from '../config/types.js';
 import { ERROR_MESSAGES, type ErrorCode } from '../errors/error-table.js';
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../logging/logger.js';
 import { handleClientError, refuseConnect } from './client-error.js';
 import { ConnectionTracker } from './connection-tracker.js';
 import { sendError } from './respond.js';

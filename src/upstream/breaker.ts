@@ -1,7 +1,7 @@
 import type { Clock } from '../clock.js';
 import type { BreakerConfig } from '../config/types.js';
 import type { EndpointName } from '../endpoints.js';
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../logging/logger.js';
 import type { BreakerState, UpstreamEvents } from './events.js';
 import { SlidingCounts } from './sliding-counts.js';
 import { verdictOf } from './verdict.js';

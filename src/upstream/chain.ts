@@ -1,7 +1,7 @@
 import type { Dispatcher } from 'undici';
 import type { Clock } from '../clock.js';
 import type { UpstreamConfig } from '../config/types.js';
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../logging/logger.js';
 import type { Timers } from '../timers.js';
 import { createBreaker } from './breaker.js';
 import { createBudget } from './budget.js';

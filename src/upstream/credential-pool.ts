@@ -1,6 +1,6 @@
 import type { Clock } from '../clock.js';
 import type { CredentialConfig, ProviderProtectionConfig } from '../config/types.js';
-import type { Logger } from '../observability/logger.js';
+import type { Logger } from '../logging/logger.js';
 import type { CredentialState, UpstreamEvents } from './events.js';
 import { ANY, type ProviderState, type Stop } from './guard/provider-state.js';
 import type { Attempt, Layer, UpstreamResult } from './upstream.js';

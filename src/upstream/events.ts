@@ -1,5 +1,5 @@
 import type { EndpointName } from '../endpoints.js';
-import type { RefusalReason } from './upstream.js';
+import type { RefusalReason, UpstreamResult } from './upstream.js';
 
 /** A credential's standing, as the pool sees it. */
 export type CredentialState = 'active' | 'cooling_down' | 'usage_capped' | 'revoked';
@@ -45,3 +45,8 @@ export const NO_EVENTS: UpstreamEvents = {
   retry: () => {},
   failover: () => {},
 };
+
+/** What the upstream set reports besides its layers' events: each answered exchange, timed. */
+export interface UpstreamSetEvents extends UpstreamEvents {
+  upstream(upstream: string, route: EndpointName, result: UpstreamResult, seconds: number): void;
+}

@@ -2,12 +2,11 @@ import type { Dispatcher } from 'undici';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config/types.js';
 import type { EndpointName, EndpointRequest } from '../endpoints.js';
-import type { Logger } from '../observability/logger.js';
-import type { PerchMetrics } from '../observability/metrics.js';
+import type { Logger } from '../logging/logger.js';
 import type { Timers } from '../timers.js';
 import { buildUpstream, type BuiltUpstream, type UpstreamStatus } from './chain.js';
 import type { BudgetBook } from './budget-book.js';
-import type { UpstreamEvents } from './events.js';
+import type { UpstreamSetEvents } from './events.js';
 import type { ProviderState } from './guard/provider-state.js';
 import { isWaitRefusal, type Attempt, type UpstreamResult } from './upstream.js';
 
@@ -29,7 +28,7 @@ export interface UpstreamSetOptions {
   /** Per-upstream dispatcher override, by upstream name (tests inject faults this way). */
   readonly dispatchers?: Readonly<Record<string, Dispatcher>>;
   /** Told about every exchange, failover attempts included. */
-  readonly metrics?: Pick<PerchMetrics, 'upstream'> & UpstreamEvents;
+  readonly metrics?: UpstreamSetEvents;
   /** The throttles' shedding draw, [0, 1); default Math.random. */
   readonly random?: () => number;
   /** This instance's record of each key's provider-call budget, kept across reloads. */

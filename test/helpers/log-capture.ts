@@ -1,6 +1,6 @@
 import { Writable } from 'node:stream';
 import type { LogConfig } from '../../src/config/types.js';
-import { createLogger, type Logger } from '../../src/observability/logger.js';
+import { createLogger, type Logger } from '../../src/logging/logger.js';
 
 export interface LogCapture {
   readonly logger: Logger;

@@ -21,7 +21,7 @@ const BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
  * count and log it once written; and `flushSync` for the end.
  */
 export async function createHitWork({ root, logFile, userId, tweetsBytes }) {
-  const { LineBatcher } = await import(pathToFileURL(join(root, 'dist', 'src', 'observability', 'line-batcher.js')).href);
+  const { LineBatcher } = await import(pathToFileURL(join(root, 'dist', 'src', 'logging', 'line-batcher.js')).href);
   const log = new LineBatcher(openSync(logFile, 'a'));
   const body = bodyFactory({ tweetsBytes }).tweets(userId);
   const keys = new Map([['perch-bench-key-0123456789abcdef', { id: 'bench', capacity: 1e9, refill: 1e9 }]]);

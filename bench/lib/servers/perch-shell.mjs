@@ -14,7 +14,7 @@ const dist = (file) => import(pathToFileURL(join(root, 'dist', 'src', file)).hre
 const [{ parseConfig }, { createApiServer }, { createLogger }] = await Promise.all([
   dist('config/load.js'),
   dist('server/listener.js'),
-  dist('observability/logger.js'),
+  dist('logging/logger.js'),
 ]);
 const config = parseConfig(
   `server: { host: 127.0.0.1, port: 0 }

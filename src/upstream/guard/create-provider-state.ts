@@ -1,5 +1,5 @@
 import type { Clock } from '../../clock.js';
-import type { Logger } from '../../observability/logger.js';
+import type { Logger } from '../../logging/logger.js';
 import type { RedisConnection } from '../../redis/guarded-redis.js';
 import { InsuredProviderState } from './insured-state.js';
 import { MemoryProviderState } from './memory-state.js';

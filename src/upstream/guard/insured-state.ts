@@ -1,4 +1,4 @@
-import type { Logger } from '../../observability/logger.js';
+import type { Logger } from '../../logging/logger.js';
 import type { Breaker } from '../../redis/breaker.js';
 import type { NodeBreakers } from '../../redis/node-breakers.js';
 import { insured, SwitchLog } from '../../redis/insurance.js';
