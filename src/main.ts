@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { getHeapStatistics } from 'node:v8';
 import { parseCommand, USAGE } from './cli.js';
-import { HEAP_LIMIT_WARNING, heapShortfall, oldSpaceLimitBytes, UNSHARED_CAP_WARNING, unsharedCapUpstreams } from './config/advice.js';
+import { HEAP_LIMIT_WARNING, heapShortfall, oldSpaceLimitBytes, UNSHARED_CAP_WARNING, unsharedCapUpstreams } from './app/advice.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
 import { checkStartupFiles } from './app/preflight.js';
 import type { Config } from './config/types.js';

@@ -5,7 +5,7 @@ import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { HEAP_LIMIT_WARNING } from '../src/config/advice.js';
+import { HEAP_LIMIT_WARNING } from '../src/app/advice.js';
 import { DEMO_KEY } from '../src/demo-key.js';
 import { PERCH_VERSION } from '../src/version.js';
 import { waitFor } from './helpers/perch.js';

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { heapNeeded, heapShortfall, oldSpaceLimitBytes, unsharedCapUpstreams } from '../src/config/advice.js';
+import { heapNeeded, heapShortfall, oldSpaceLimitBytes, unsharedCapUpstreams } from '../src/app/advice.js';
 import { parseConfig } from '../src/config/load.js';
 import { testConfig, v1 } from './helpers/perch.js';
 

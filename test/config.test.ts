@@ -307,7 +307,7 @@ describe('parseConfig: checks', () => {
     ['infinite refill', (r) => (r.rate_limits.small.refill_per_second = Infinity), 'rate_limits.small.refill_per_second: must be a positive number'],
     ['cost_of_hit 2', (r) => (r.rate_limits.small.cost_of_hit = 2), 'rate_limits.small.cost_of_hit: must be 0 or 1'],
     ['cost_of_hit not a number', (r) => (r.rate_limits.small.cost_of_hit = 'free'), 'rate_limits.small.cost_of_hit: must be 0 or 1'],
-    ['provider_weight 0', (r) => (r.rate_limits.small.provider_weight = 0), 'rate_limits.small.provider_weight: must be a positive number'],
+    ['provider_weight 0', (r) => (r.rate_limits.small.provider_weight = 0), 'rate_limits.small.provider_weight: must be a number from 0.001 to 1000'],
     ['provider_weight over 1000', (r) => (r.rate_limits.small.provider_weight = 2000), 'rate_limits.small.provider_weight: must be a number from 0.001 to 1000'],
     ['missing upstreams', (r) => delete r.upstreams, 'upstreams: is required (at least one upstream)'],
     ['no upstreams', (r) => (r.upstreams = {}), 'upstreams: must define at least one upstream'],

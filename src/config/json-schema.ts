@@ -1,11 +1,7 @@
-import { ENDPOINT_NAMES } from '../endpoints.js';
-import { CONFIG_KEYS, appliesTo, keysUnder, type ConfigKey, type UpstreamKind } from './config-keys.js';
-import type { Describe } from './readme-table.js';
+import type { AnyNode, ObjNode } from './dsl.js';
+import { CONFIG } from './schema.js';
 
 type JsonSchema = Record<string, unknown>;
-
-const UPSTREAM = 'upstreams.<name>';
-const KINDS: readonly UpstreamKind[] = ['v1', 'x_v2', 'fixture'];
 
 /**
  * Every string value may be `${ENV}` and is substituted before validation, so a number or a
@@ -14,90 +10,79 @@ const KINDS: readonly UpstreamKind[] = ['v1', 'x_v2', 'fixture'];
 const FROM_ENV: JsonSchema = { type: 'string', pattern: '\\$\\{' };
 
 /**
- * The JSON Schema (draft 2020-12) of the configuration file, generated from `CONFIG_KEYS`, for
- * editors (`# yaml-language-server: $schema=...`). It checks key names and types; ranges and
- * rules between keys are the validator's (`perch --check-config`). `describe` supplies each
- * key's description (the README's "meaning" column), so the documentation is written once.
+ * The JSON Schema (draft 2020-12) of the configuration file, generated from the definition
+ * (schema.ts) for editors (`# yaml-language-server: $schema=...`): key names, types, ranges,
+ * choices, defaults and meanings. The rules between keys are perch's (`perch --check-config`).
  */
-export function configSchema(describe: Describe = () => undefined): JsonSchema {
+export function configSchema(): JsonSchema {
   return {
     $schema: 'https://json-schema.org/draft/2020-12/schema',
     title: 'perch configuration',
-    description: 'Generated from src/config/config-keys.ts (npm run schema); see the README, "Configuration reference".',
-    ...objectSchema('', undefined, describe),
+    description: 'Generated from src/config/schema.ts (npm run schema); see the README, "Configuration reference".',
+    ...objectSchema(CONFIG),
   };
 }
 
-function objectSchema(parent: string, kind: UpstreamKind | undefined, describe: Describe): JsonSchema {
-  const properties: Record<string, JsonSchema> = {};
-  const required: string[] = [];
-  for (const name of keysUnder(parent, kind)) {
-    const path = parent === '' ? name : `${parent}.${name}`;
-    properties[name] = nodeSchema(path, kind, describe);
-    if (entry(path, kind)?.required === true || entry(`${path}[]`, kind)?.required === true) required.push(name);
-  }
-  const map = mapSegment(parent);
-  let additional: JsonSchema | false = false;
-  if (map === '<endpoint>') {
-    for (const endpoint of ENDPOINT_NAMES) properties[endpoint] = nodeSchema(`${parent}.${map}`, kind, describe);
-  } else if (map !== undefined) {
-    additional = nodeSchema(`${parent}.${map}`, kind, describe);
-  }
-  return { type: 'object', properties, ...(required.length > 0 ? { required } : {}), additionalProperties: additional };
+/** A node's meaning as plain text: the README escapes its pipes. */
+export function plainDoc(doc: string): string {
+  return doc.replaceAll('\\|', '|');
 }
 
-function nodeSchema(path: string, kind: UpstreamKind | undefined, describe: Describe): JsonSchema {
-  const schema = shape(path, kind, describe);
-  const description = describe(path, kind) ?? describe(`${path}[]`, kind);
-  return description === undefined ? schema : { description, ...schema };
+function nodeSchema(node: AnyNode): JsonSchema {
+  return { description: plainDoc(node.doc), ...shape(node) };
 }
 
-function shape(path: string, kind: UpstreamKind | undefined, describe: Describe): JsonSchema {
-  if (path === UPSTREAM) {
-    // One shape per kind, told apart by `kind`; each refuses the keys of the others.
-    return {
-      type: 'object',
-      required: ['kind'],
-      oneOf: KINDS.map((each) => {
-        const branch = objectSchema(UPSTREAM, each, describe);
-        const properties = branch.properties as Record<string, JsonSchema>;
-        properties.kind = { ...properties.kind, const: each };
-        delete properties.kind.enum;
-        return branch;
-      }),
-    };
-  }
-  const list = entry(`${path}[]`, kind);
-  if (list !== undefined) return { type: 'array', minItems: 1, items: objectSchema(`${path}[]`, kind, describe) };
-  const key = entry(path, kind);
-  switch (key?.type ?? 'object') {
-    case 'object':
-      return objectSchema(path, kind, describe);
-    case 'map':
-      return { type: 'object', additionalProperties: { type: 'string' }, ...withDefault(key) };
-    case 'string[]':
-      return { type: 'array', minItems: 1, items: { type: 'string', ...(key?.enum === undefined ? {} : { enum: key.enum }) }, ...withDefault(key) };
+function shape(node: AnyNode): JsonSchema {
+  const fallback = 'default' in node && node.default !== undefined ? { default: node.default } : {};
+  switch (node.type) {
+    case 'integer':
+    case 'number': {
+      const range = { minimum: node.min, ...(node.max === undefined || node.max === Number.MAX_VALUE ? {} : { maximum: node.max }) };
+      const exact = node.type === 'number' && node.aboveMin === true ? { exclusiveMinimum: node.min } : range;
+      const values = node.type === 'integer' && node.values !== undefined ? { enum: node.values } : exact;
+      return { anyOf: [{ type: node.type, ...values }, FROM_ENV], ...fallback };
+    }
+    case 'boolean':
+      return { anyOf: [{ type: 'boolean' }, FROM_ENV], ...fallback };
     case 'string':
-      return { type: 'string', ...(key?.enum === undefined ? {} : { enum: key.enum }), ...withDefault(key) };
-    default:
-      return { anyOf: [{ type: key!.type }, FROM_ENV], ...withDefault(key) };
+      return { type: 'string', ...(node.enum === undefined ? {} : { enum: node.enum }), ...fallback };
+    case 'string[]':
+      return { type: 'array', minItems: 1, items: { type: 'string', ...(node.enum === undefined ? {} : { enum: node.enum }) }, ...fallback };
+    case 'map':
+      return { type: 'object', additionalProperties: { type: 'string' } };
+    case 'object':
+      return objectSchema(node);
+    case 'record':
+      if (node.keys !== undefined) {
+        return { type: 'object', properties: Object.fromEntries(node.keys.map((key) => [key, nodeSchema(node.value)])), additionalProperties: false };
+      }
+      return {
+        type: 'object',
+        ...(node.pattern === undefined ? {} : { propertyNames: { pattern: node.pattern.test.source } }),
+        additionalProperties: nodeSchema(node.value),
+      };
+    case 'list':
+      return { type: 'array', minItems: 1, items: objectSchema(node.of) };
+    case 'kinds':
+      // One shape per kind, told apart by `kind`; each refuses the keys of the others.
+      return {
+        type: 'object',
+        required: ['kind'],
+        oneOf: Object.entries(node.branches).map(([kind, branch]) => {
+          const schema = objectSchema(branch);
+          const properties = schema.properties as Record<string, JsonSchema>;
+          const { enum: _choices, ...rest } = properties.kind!;
+          properties.kind = { ...rest, const: kind };
+          return schema;
+        }),
+      };
   }
 }
 
-function withDefault(key: ConfigKey | undefined): JsonSchema {
-  return key?.default === undefined ? {} : { default: key.default };
-}
-
-function entry(path: string, kind: UpstreamKind | undefined): ConfigKey | undefined {
-  return CONFIG_KEYS.find((key) => key.path === path && (kind === undefined || appliesTo(key, kind)));
-}
-
-/** The `<...>` segment right under `parent`, when its keys are the operator's choice. */
-function mapSegment(parent: string): string | undefined {
-  const prefix = parent === '' ? '' : `${parent}.`;
-  for (const key of CONFIG_KEYS) {
-    if (!key.path.startsWith(`${prefix}<`)) continue;
-    return /^<[^>]+>/.exec(key.path.slice(prefix.length))?.[0];
-  }
-  return undefined;
+function objectSchema(node: ObjNode): JsonSchema {
+  const properties = Object.fromEntries(Object.entries(node.props).map(([key, child]) => [key, nodeSchema(child)]));
+  const required = Object.entries(node.props)
+    .filter(([, child]) => 'required' in child && child.required === true)
+    .map(([key]) => key);
+  return { type: 'object', properties, ...(required.length > 0 ? { required } : {}), additionalProperties: false };
 }

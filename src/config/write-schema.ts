@@ -1,12 +1,13 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { configSchema } from './json-schema.js';
-import { describeFrom, readmeRows } from './readme-table.js';
+import { withTable } from './readme-table.js';
 
 /**
- * `npm run schema`: writes config/perch.schema.json from the key table, with the README's
- * meanings as descriptions. The file is committed so editors can reference it without a build;
- * a test fails while it differs from what this would write.
+ * `npm run schema`: writes config/perch.schema.json and the README's configuration table from
+ * the definition (schema.ts). Both are committed so editors and readers need no build; a test
+ * fails while either differs from what this writes.
  */
 const root = new URL('../../../', import.meta.url);
-const describe = describeFrom(readmeRows(readFileSync(new URL('README.md', root), 'utf8')));
-writeFileSync(new URL('config/perch.schema.json', root), `${JSON.stringify(configSchema(describe), null, 2)}\n`);
+writeFileSync(new URL('config/perch.schema.json', root), `${JSON.stringify(configSchema(), null, 2)}\n`);
+const readme = new URL('README.md', root);
+writeFileSync(readme, withTable(readFileSync(readme, 'utf8')));

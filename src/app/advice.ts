@@ -1,4 +1,4 @@
-import type { Config } from './types.js';
+import type { Config } from '../config/types.js';
 
 /**
  * Upstreams whose call caps would multiply across the fleet while Redis is unreachable: a cap

@@ -1,0 +1,113 @@
+import { ENDPOINT_NAMES, type EndpointName } from '../endpoints.js';
+import { OPERATIONAL_PATHS } from '../url-table.js';
+import { resolveKeys, type SecretsSeen } from './rules-keys.js';
+import { checkRedis } from './rules-redis.js';
+import { resolveUpstream } from './rules-upstreams.js';
+import type { FileConfig } from './schema.js';
+import { childPath, field, indexPath, isMapping, type Problems } from './schema-helpers.js';
+import type { AdminConfig, AuthConfig, Config, UpstreamConfig } from './types.js';
+
+/** Keys of `auth` that only mode `upstream` reads. */
+const UPSTREAM_ONLY = ['default_plan', 'verify_ttl_seconds', 'reject_ttl_seconds', 'remembered_keys'] as const;
+
+/** Paths perch answers itself besides metrics: metrics must not shadow one. */
+const RESERVED_PATHS = Object.keys(OPERATIONAL_PATHS);
+
+/**
+ * The rules between keys, which one key's definition cannot say: references (plans, upstreams),
+ * secrets, either/or keys, orders between values. Also resolves the shorthands into the form
+ * perch uses. `raw` is the file as written, to tell a default from a value given.
+ */
+export function applyRules(problems: Problems, file: FileConfig, raw: Record<string, unknown>): Config {
+  const server = file.server;
+  if (server.host === '') problems.add('server.host', 'must not be empty');
+  // Node applies the request timeout to the headers too; a shorter one would silently win.
+  if (server.request_timeout_ms < server.headers_timeout_ms) problems.add('server.request_timeout_ms', 'must be at least server.headers_timeout_ms');
+
+  // References are checked only against a usable section: a missing, broken or empty one is
+  // already reported, and repeating that for every reference would bury the report.
+  const plans = usable(file.rate_limits);
+  const secrets: SecretsSeen = new Map();
+  const auth = resolveAuth(problems, file.auth, field(raw, 'auth'), plans, secrets);
+  const admin = file.admin === undefined ? undefined : resolveAdmin(problems, file.admin, secrets);
+
+  const rawUpstreams = field(raw, 'upstreams');
+  const upstreams = Object.fromEntries(
+    Object.entries(file.upstreams).map(([name, up]): [string, UpstreamConfig] => [
+      name,
+      resolveUpstream(problems, up, isMapping(rawUpstreams) ? field(rawUpstreams, name) : undefined, childPath('upstreams', name), auth.mode === 'upstream'),
+    ]),
+  );
+  if (file.cache.redis !== undefined) checkRedis(problems, file.cache.redis, 'cache.redis');
+  if (file.rate_limits_redis !== undefined) checkRedis(problems, file.rate_limits_redis, 'rate_limits_redis');
+  checkMetricsPath(problems, file.metrics.path);
+
+  const { admin: _admin, ...sections } = file;
+  return {
+    ...sections,
+    auth,
+    ...(admin === undefined ? {} : { admin }),
+    upstreams,
+    routes: resolveRoutes(problems, file.routes, usable(file.upstreams)),
+  };
+}
+
+function usable<T>(section: Readonly<Record<string, T>>): Readonly<Record<string, T>> | undefined {
+  return Object.keys(section).length > 0 ? section : undefined;
+}
+
+/**
+ * Mode `keys` (perch checks `auth.keys`) or `upstream` (the provider checks each key). An option
+ * of the other mode is a problem rather than ignored, so a file never reads as if it did
+ * something it does not.
+ */
+function resolveAuth(problems: Problems, auth: FileConfig['auth'], raw: unknown, plans: object | undefined, secrets: SecretsSeen): AuthConfig {
+  const given = (key: string) => isMapping(raw) && field(raw, key) !== undefined;
+  const { keys: _keys, ...settings } = auth;
+  if (auth.mode === 'keys') {
+    for (const name of UPSTREAM_ONLY) if (given(name)) problems.add(childPath('auth', name), 'applies only with mode: upstream');
+    if (isMapping(raw) && !given('keys')) problems.add('auth.keys', 'is required (at least one key)');
+    const keys = resolveKeys(problems, auth.keys ?? [], 'auth.keys', secrets);
+    auth.keys?.forEach((key, i) => {
+      if (key.plan !== '' && plans !== undefined && !Object.hasOwn(plans, key.plan)) {
+        problems.add(childPath(indexPath('auth.keys', i), 'plan'), `names no entry of rate_limits (${JSON.stringify(key.plan)})`);
+      }
+    });
+    return { ...settings, keys };
+  }
+  if (given('keys')) problems.add('auth.keys', 'must be absent with mode: upstream (the provider checks every key)');
+  if (auth.default_plan === undefined) problems.add('auth.default_plan', 'is required');
+  else if (plans !== undefined && !Object.hasOwn(plans, auth.default_plan)) {
+    problems.add('auth.default_plan', `names no entry of rate_limits (${JSON.stringify(auth.default_plan)})`);
+  }
+  return { ...settings, keys: [] };
+}
+
+function resolveAdmin(problems: Problems, admin: NonNullable<FileConfig['admin']>, secrets: SecretsSeen): AdminConfig {
+  return { ...admin, keys: resolveKeys(problems, admin.keys, 'admin.keys', secrets) };
+}
+
+/** Every endpoint not listed falls back to the first upstream, so a one-upstream file needs no routes. */
+function resolveRoutes(problems: Problems, routes: FileConfig['routes'], upstreams: object | undefined): Record<EndpointName, readonly string[]> {
+  const first = upstreams === undefined ? [] : Object.keys(upstreams).slice(0, 1);
+  const entries = ENDPOINT_NAMES.map((endpoint): [EndpointName, readonly string[]] => {
+    const list = routes[endpoint];
+    if (list === undefined || list.length === 0) return [endpoint, first];
+    const seen = new Set<string>();
+    list.forEach((name, i) => {
+      const at = indexPath(childPath('routes', endpoint), i);
+      if (seen.has(name)) problems.add(at, `repeats ${JSON.stringify(name)}`);
+      else if (upstreams !== undefined && !Object.hasOwn(upstreams, name)) problems.add(at, `names no configured upstream (${JSON.stringify(name)})`);
+      seen.add(name);
+    });
+    return [endpoint, list];
+  });
+  return Object.fromEntries(entries) as Record<EndpointName, readonly string[]>;
+}
+
+function checkMetricsPath(problems: Problems, path: string): void {
+  if (!path.startsWith('/')) problems.add('metrics.path', 'must start with "/"');
+  // The API lives under /v1/; a metrics path there would shadow an endpoint.
+  else if (path.startsWith('/v1/')) problems.add('metrics.path', 'must not start with "/v1/" (the API uses that prefix)');
+  else if (RESERVED_PATHS.includes(path)) problems.add('metrics.path', `must not be ${path} (perch serves that itself)`);
+}
