@@ -74,36 +74,13 @@ export function createPerch(options: PerchOptions): Perch {
   const budgets = new BudgetBook(clock);
   const runtime = new Runtime(config, { clock, timers, logger, metrics, providerState, dispatchers: options.dispatchers, random: options.random, budgets });
   const readThrough = new ReadThrough({
-    get config() {
-      return runtime.current.config;
-    },
-    get verifier() {
-      return runtime.current.verifier;
-    },
-    get upstreams() {
-      return runtime.current.upstreams;
-    },
+    live: runtime,
     cache: tiers.cache,
     ...(tiers.sharedFlights === undefined ? {} : { sharedFlights: tiers.sharedFlights }),
     clock,
     logger,
   });
-  const handler = createRequestHandler({
-    get config() {
-      return runtime.current.config;
-    },
-    get keys() {
-      return runtime.current.keys;
-    },
-    get verifier() {
-      return runtime.current.verifier;
-    },
-    cache: readThrough,
-    rateLimits,
-    budgets,
-    logger,
-    metrics,
-  });
+  const handler = createRequestHandler({ live: runtime, cache: readThrough, rateLimits, budgets, logger, metrics });
   metrics.addCacheTier(tiers.cache.memory);
   metrics.addEvictionCount(() => tiers.cache.memory.evictions);
   metrics.addBudgetGauges(() => budgets.all());

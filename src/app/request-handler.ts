@@ -19,15 +19,16 @@ import { requestIdFrom } from '../server/request-id.js';
 import { pushCachePolicy, send, sendError } from '../server/respond.js';
 import { matchRoute, type RouteMatch } from '../url-table.js';
 
-/**
- * `config`, `keys` and `upstreams` are replaced by a SIGHUP reload (server.ts passes getters over
- * the `Runtime`), so the handler reads them per request and never keeps them.
- */
 export interface HandlerDeps {
-  readonly config: Config;
-  readonly keys: KeyStore;
-  /** Pass-through auth (`auth.mode: upstream`) in place of `keys`; absent in mode `keys`. */
-  readonly verifier?: UpstreamVerifier;
+  /** What a SIGHUP reload replaces (the `Runtime`): read per request, never kept. */
+  readonly live: {
+    readonly current: {
+      readonly config: Config;
+      readonly keys: KeyStore;
+      /** Pass-through auth (`auth.mode: upstream`) in place of `keys`; absent in mode `keys`. */
+      readonly verifier?: UpstreamVerifier;
+    };
+  };
   /** The caching policy: memory, Redis, stale, coalesced fetch (cache/read-through.ts). */
   readonly cache: ReadThrough;
   readonly rateLimits: RateLimits;
@@ -90,7 +91,8 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     // The key is checked before anything else, so an unauthenticated caller learns nothing,
     // not even which routes exist.
     const presented = x.req.headers['x-api-key'];
-    const client = deps.verifier === undefined ? deps.keys.authenticate(presented, x.req.socket) : deps.verifier.authenticate(presented);
+    const { keys, verifier } = deps.live.current;
+    const client = verifier === undefined ? keys.authenticate(presented, x.req.socket) : verifier.authenticate(presented);
     if (client === undefined) return fail(x, 'E401');
     x.client = client;
 
@@ -100,7 +102,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     const methodAllowed = x.req.method === 'GET' || x.head;
     // A plan with free hits needs to know whether the cache can answer before it can price the
     // request, so the cache is looked at first; the entry found then is the one served.
-    const plan = rateLimits.plan(deps.config, client);
+    const plan = rateLimits.plan(deps.live.current.config, client);
     const hit = methodAllowed && match.kind === 'endpoint' && plan.costOfHit === 0 ? cache.hit(match.request.path, client) : undefined;
     const verdict = rateLimits.take(client, plan, hit === undefined ? 1 : 0);
     if (verdict instanceof Promise) return verdict.then((v) => admit(x, match, methodAllowed, v, hit));
@@ -119,7 +121,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     hit: Served | undefined,
   ): Promise<void> | undefined {
     x.limit = verdict;
-    const budget = deps.config.rate_limits[x.client!.plan]?.provider_calls;
+    const budget = deps.live.current.config.rate_limits[x.client!.plan]?.provider_calls;
     if (budget !== undefined) x.budget = () => deps.budgets.standing(x.client!.id, budget);
     if (!verdict.allowed) return fail(x, 'E429');
     if (!methodAllowed) return fail(x, 'E405', ['allow', 'GET, HEAD']);

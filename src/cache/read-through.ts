@@ -15,15 +15,18 @@ import { forwardCacheStatus, hitCacheStatus, staleCacheStatus, type CacheOutcome
 import type { SharedFlights } from './shared-flight.js';
 import type { TieredCache } from './tiered-cache.js';
 
-/**
- * `config`, `upstreams` and `verifier` are replaced by a SIGHUP reload (the composition root
- * passes getters), so they are read per request and never kept.
- */
+/** What a SIGHUP reload replaces, read per request through `current` and never kept. */
+export interface LiveState {
+  readonly current: {
+    readonly config: Config;
+    readonly upstreams: UpstreamSet;
+    /** Pass-through auth (`auth.mode: upstream`); absent in mode `keys`. */
+    readonly verifier?: UpstreamVerifier;
+  };
+}
+
 export interface ReadThroughDeps {
-  readonly config: Config;
-  readonly upstreams: UpstreamSet;
-  /** Pass-through auth (`auth.mode: upstream`); absent in mode `keys`. */
-  readonly verifier?: UpstreamVerifier;
+  readonly live: LiveState;
   readonly cache: TieredCache;
   /** Coalescing across instances; absent without Redis. */
   readonly sharedFlights?: SharedFlights;
@@ -91,7 +94,8 @@ export class ReadThrough {
 
   /** Everything after a memory miss: Redis, a stale entry while one refresh runs, or a fetch. */
   async fetch(request: EndpointRequest, client: Client): Promise<Served> {
-    const { cache, config } = this.#deps;
+    const { cache } = this.#deps;
+    const { config } = this.#deps.live.current;
     const verified = this.#trusted(client);
     const local = verified ? cache.local(request.path) : undefined;
     if (local?.fresh === true) return this.#hit(local.entry, 'memory');
@@ -153,7 +157,7 @@ export class ReadThrough {
    */
   async #fetchFor(request: EndpointRequest, client: PassThroughClient | undefined, payer: Payer): Promise<Fetched> {
     if (client === undefined || this.#trusted(client)) return this.#fetchAndStore(request, client, payer);
-    const verifying = this.#deps.verifier?.verifying(client, () => this.#fetchUpstream(request, payer, client));
+    const verifying = this.#deps.live.current.verifier?.verifying(client, () => this.#fetchUpstream(request, payer, client));
     return (await verifying) ?? { ...errorAnswer('E401'), stored: false };
   }
 
@@ -175,13 +179,14 @@ export class ReadThrough {
   }
 
   async #fetchUpstream(request: EndpointRequest, payer: Payer, client?: PassThroughClient): Promise<Fetched> {
-    const { cache, clock, logger, config } = this.#deps;
+    const { cache, clock, logger } = this.#deps;
+    const { config, upstreams, verifier } = this.#deps.live.current;
     const ttl = config.cache.ttl_seconds;
     // Before the fetch: a purge observed while it runs must keep its response out of the cache.
     const stamp = cache.generations.stamp(request.path);
-    const { result, upstream, ms, called } = await this.#deps.upstreams.fetch(request, client && { id: client.id, key: client.key }, payer);
+    const { result, upstream, ms, called } = await upstreams.fetch(request, client && { id: client.id, key: client.key }, payer);
     const via = { upstream, upstreamMs: ms, called };
-    if (client !== undefined) this.#deps.verifier?.judge(client, result);
+    if (client !== undefined) verifier?.judge(client, result);
     // The pool logs a rejected credential and a stop once; every request they turn away need not be.
     if (result.kind === 'failed' && result.failure !== 'unauthorized') {
       logger.warn({ upstream, route: request.endpoint, failure: result.failure, reason: result.reason }, 'upstream failed');
@@ -211,7 +216,7 @@ export class ReadThrough {
    * it (coalesced followers ride on the leader's), weighted by its plan's `provider_weight`.
    */
   #payerOf(client: Client): Payer {
-    const plan = this.#deps.config.rate_limits[client.plan];
+    const plan = this.#deps.live.current.config.rate_limits[client.plan];
     const payer = { id: client.id, weight: plan?.provider_weight ?? 1, label: client.metricsId ?? client.id };
     return plan?.provider_calls === undefined ? payer : { ...payer, budget: plan.provider_calls };
   }
@@ -219,6 +224,6 @@ export class ReadThrough {
   /** Pass-through auth: the cache answers only keys the provider accepted lately (upstream-verifier.ts). */
   #trusted(client: Client): boolean {
     const pass = passThrough(client);
-    return pass === undefined || this.#deps.verifier?.accepted(pass) === true;
+    return pass === undefined || this.#deps.live.current.verifier?.accepted(pass) === true;
   }
 }
