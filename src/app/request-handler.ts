@@ -1,23 +1,19 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Client, KeyStore } from '../auth/key-store.js';
+import type { KeyStore } from '../auth/key-store.js';
 import type { UpstreamVerifier } from '../auth/upstream-verifier.js';
-import type { CacheOutcome } from '../cache/outcome.js';
 import type { ReadThrough, Served } from '../cache/read-through.js';
 import type { Config } from '../config/types.js';
-import type { EndpointName } from '../endpoints.js';
 import type { ErrorCode } from '../errors/error-table.js';
 import type { HeaderList } from '../header-list.js';
-import { clip, loggedPath } from '../logging/access-log-fields.js';
-import { createAccessLog } from '../logging/access-log.js';
 import type { Logger } from '../logging/logger.js';
 import type { PerchMetrics } from '../metrics/metrics.js';
-import { pushRateLimitHeaders } from '../ratelimit/headers.js';
 import type { RateLimits } from '../ratelimit/rate-limits.js';
 import type { Verdict } from '../ratelimit/token-bucket.js';
-import type { BudgetBook, BudgetStanding } from '../upstream/budget-book.js';
-import { requestIdFrom } from '../server/request-id.js';
+import type { BudgetBook } from '../upstream/budget-book.js';
 import { pushCachePolicy, send, sendError } from '../server/respond.js';
+import { requestIdFrom } from '../server/request-id.js';
 import { matchRoute, type RouteMatch } from '../url-table.js';
+import { base, recorder, type Exchange } from './exchange.js';
 
 export interface HandlerDeps {
   /** What a SIGHUP reload replaces (the `Runtime`): read per request, never kept. */
@@ -38,29 +34,6 @@ export interface HandlerDeps {
   readonly metrics: PerchMetrics;
 }
 
-/** Per-request facts gathered on the way, written once to the access log. */
-interface Exchange {
-  readonly req: IncomingMessage;
-  readonly res: ServerResponse;
-  readonly head: boolean;
-  readonly requestId: string;
-  readonly started: number;
-  client?: Client;
-  route?: EndpointName;
-  /** The rate limiter's answer; from then on every response carries the rate-limit headers. */
-  limit?: Verdict;
-  cache: CacheOutcome;
-  upstream?: string;
-  upstreamMs?: number;
-  /** This request's miss made a provider call: its key paid for it. */
-  upstreamCall?: boolean;
-  /**
-   * The key's provider-call budget now, when its plan has one: a second rate-limit policy, read
-   * when the headers are written, so a miss's answer counts the call it made.
-   */
-  budget?: () => BudgetStanding;
-}
-
 /**
  * The request path, top to bottom: request id -> authenticate -> route -> rate limit -> method
  * and parameters -> read through the cache -> respond -> access log. Every response leaves
@@ -68,7 +41,7 @@ interface Exchange {
  */
 export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, res: ServerResponse) => void {
   const { cache, rateLimits, logger, metrics } = deps;
-  const accessLog = createAccessLog(logger);
+  const record = recorder(logger, metrics);
 
   return function handle(req, res) {
     const x: Exchange = {
@@ -160,37 +133,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
   }
 
   function finish(x: Exchange, status: number): undefined {
-    const ms = performance.now() - x.started;
-    metrics.request(x.route ?? 'none', status, x.cache, ms / 1000);
-    if (x.client !== undefined) metrics.keyRequest(x.client.metricsId ?? x.client.id, status, x.cache);
-    // Only perch's own refusals: an upstream 429 leaves the limiter's verdict allowed.
-    if (x.limit?.allowed === false && x.client !== undefined) metrics.rateLimited(x.client.metricsId ?? x.client.id);
-    accessLog({
-      req_id: x.requestId,
-      method: x.req.method,
-      path: loggedPath(x.req.url),
-      route: x.route ?? null,
-      status,
-      cache: x.cache,
-      upstream: x.upstream ?? null,
-      upstream_ms: x.upstreamMs === undefined ? null : round(x.upstreamMs),
-      upstream_call: x.upstreamCall === true,
-      ms: round(ms),
-      key_id: x.client?.id ?? null,
-      remote: x.req.socket.remoteAddress ?? null,
-      user_agent: clip(x.req.headers['user-agent']),
-    });
+    record(x, status);
     return undefined;
   }
-}
-
-/** Headers every response carries, before the response's own. */
-function base(x: Exchange, headers: HeaderList): HeaderList {
-  headers.push('x-request-id', x.requestId);
-  if (x.limit !== undefined) pushRateLimitHeaders(headers, x.limit, x.budget?.());
-  return headers;
-}
-
-function round(ms: number): number {
-  return Math.round(ms * 100) / 100;
 }
