@@ -67,7 +67,14 @@ describe('parseConfig: x_v2 upstreams', { timeout: 10_000 }, () => {
     ['entry without token', { credentials: [{ id: 'a' }] }, ['upstreams.x.credentials[0].bearer_token: is required']],
     ['repeated id', { credentials: [{ id: 'a', bearer_token: 'x1' }, { id: 'a', bearer_token: 'x2' }] }, ['upstreams.x.credentials[1].id: repeats "a"']],
     ['headers are v1 only', { bearer_token: TOKEN, headers: { 'X-Key': 'k' } }, ['upstreams.x.headers: unknown key']],
-    ['headers in an entry', { credentials: [{ id: 'a', bearer_token: 'x1', headers: {} }] }, ['upstreams.x.credentials[0].headers: unknown key']],
+    [
+      'the generic { id, headers } form, refused with what to write',
+      { credentials: [{ id: 'a', headers: { Authorization: `Bearer ${TOKEN}` } }] },
+      [
+        'upstreams.x.credentials[0].headers: unknown key (an x_v2 credential is { id, bearer_token }: give the token as bearer_token, perch sends it as Authorization: Bearer)',
+        'upstreams.x.credentials[0].bearer_token: is required',
+      ],
+    ],
     [
       'a pasted "Bearer " prefix',
       { bearer_token: `Bearer ${TOKEN}` },

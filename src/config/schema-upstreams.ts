@@ -170,7 +170,12 @@ const xV2 = obj(
     credentials: list(
       obj(
         { id: credentialId, bearer_token: str({ required: true, doc: 'that token, sent as `Authorization: Bearer`, never logged' }) },
-        { doc: 'one X app token', expected: 'must be a mapping with id and bearer_token' },
+        {
+          doc: 'one X app token',
+          expected: 'must be a mapping with id and bearer_token',
+          // The generic `{ id, headers }` form of v1 is refused with what to write instead.
+          unknown: 'an x_v2 credential is { id, bearer_token }: give the token as bearer_token, perch sends it as Authorization: Bearer',
+        },
       ),
       {
         readme: 'required with `x_v2` unless `bearer_token` or `auth.mode: upstream`',
