@@ -78,11 +78,10 @@ test('Redis killed mid-test: requests are answered fast from memory or upstream;
     }
   }
   assert.equal(perch.cache.redisState, 'open');
-  // The node's breaker is shared by the cache, the rate limits and the provider guard on this
-  // connection: it opens after five failures of any of them, so the cache saw some of the five.
-  assert.ok(perch.cache.redisStats!.errors >= 1);
+  assert.ok(perch.cache.redisStats!.errors >= 5);
   assert.ok(perch.cache.redisStats!.skipped > 0);
   assert.equal(upstream.requests.length, 21);
+  // The provider guard has breakers of its own on the same Redis; this test is about the cache's.
   const warnings = perch.logs.lines().filter((l) => l.msg === 'circuit breaker open: skipping dependency' && l.dependency === 'redis cache');
   assert.equal(warnings.length, 1);
   // One line for the first failed call; the others wait for the interval's summary.

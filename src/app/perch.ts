@@ -70,7 +70,7 @@ export function createPerch(options: PerchOptions): Perch {
   const redis = openRedis(config, { clock, logger });
   const tiers = createCache(config, { clock, logger, ...(redis.cache === undefined ? {} : { redis: redis.cache }) });
   const rateLimits = new RateLimits(config, { clock, logger, ...(redis.limits === undefined ? {} : { redis: redis.limits }) });
-  const providerState = createProviderState({ clock, logger, ...(redis.limits === undefined ? {} : { redis: redis.limits }) });
+  const providerState = createProviderState({ clock, logger, ...(redis.providerGuard === undefined ? {} : { redis: redis.providerGuard }) });
   const budgets = new BudgetBook(clock);
   const runtime = new Runtime(config, { clock, timers, logger, metrics, providerState, dispatchers: options.dispatchers, random: options.random, budgets });
   const readThrough = new ReadThrough({
