@@ -93,6 +93,37 @@ upstreams: { x: { kind: x_v2, url: "${upstream.url}", timeout_ms: 2000 } }
   );
 });
 
+test("pass-through: X's 403 for the client's own token is 401 E401, and perch's state for other keys is untouched", { timeout: 10_000 }, async (t) => {
+  const allowed = 'AAAAAAAAAAAAAAAAAAAAAClientAllowed%2Bxyz';
+  const forbidden = 'AAAAAAAAAAAAAAAAAAAAAClientForbidden%2Bxyz';
+  const upstream = await startUpstream(t, (req: IncomingMessage, res: ServerResponse) => {
+    if (req.headers.authorization === `Bearer ${forbidden}`) {
+      return json(403, { title: 'Client Forbidden', type: 'https://api.twitter.com/2/problems/client-forbidden' })(req, res);
+    }
+    res.writeHead(200, { 'content-type': 'application/json' });
+    res.end(xFixtureText('user'));
+  });
+  const perch = await startPerch(
+    t,
+    `
+server: { host: 127.0.0.1, port: 0 }
+auth: { mode: upstream, default_plan: resale }
+rate_limits: { resale: { capacity: 100, refill_per_second: 100 } }
+upstreams: { x: { kind: x_v2, url: "${upstream.url}", timeout_ms: 2000 } }
+`,
+  );
+  const refused = await perch.request('/v1/users/2244994945', { key: forbidden });
+  assert.deepEqual([refused.status, refused.text], [401, E401]);
+  // The same endpoint, the same user: another key is still asked, and served.
+  assert.equal((await perch.request('/v1/users/2244994945', { key: allowed })).status, 200);
+  assert.equal((await perch.request('/v1/users/2244994945', { key: allowed })).status, 200, 'from the cache');
+  assert.deepEqual(
+    upstream.requests.map((r) => r.headers.authorization),
+    [`Bearer ${forbidden}`, `Bearer ${allowed}`],
+  );
+  assert.equal(perch.logs.lines().filter((l) => l.msg === 'provider refuses this endpoint to the credential: not asked again until then').length, 0);
+});
+
 for (const costOfHit of [1, 0]) {
   test(`a key the upstream rejects never receives a cached body (cost_of_hit ${costOfHit})`, { timeout: 10_000 }, async (t) => {
     const plan = `{ capacity: 1000, refill_per_second: 1000, cost_of_hit: ${costOfHit} }`;

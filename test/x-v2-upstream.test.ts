@@ -233,6 +233,61 @@ test('x_v2 403 (an endpoint outside the plan) fails that call and keeps the toke
   assert.equal(perch.logs.lines().filter((l) => l.level === 50).length, 0, 'not logged as a rejected credential');
 });
 
+const CLIENT_FORBIDDEN = JSON.stringify({ title: 'Client Forbidden', type: 'https://api.twitter.com/2/problems/client-forbidden', reason: 'client-not-enrolled' });
+
+for (const scope of ['endpoint', 'upstream']) {
+test(`x_v2 an endpoint X refuses to a token is not asked again with it for forbidden_retry_seconds, logged once; the token serves the others (cooldown_scope ${scope})`, { timeout: 10_000 }, async (t) => {
+  const { clock, upstream, perch } = await setup(
+    t,
+    (req, res) => ((req.url ?? '').includes('/following') ? send(res, 403, CLIENT_FORBIDDEN) : standIn(req, res)),
+    // A breaker that opens on 2 failures: the refusals must not count as the provider failing.
+    `bearer_token: "${TOKEN_A}", forbidden_retry_seconds: 600, cooldown_scope: ${scope}, breaker: { consecutive_failures: 2 }`,
+  );
+  const following = () => upstream.requests.filter((r) => (r.url ?? '').includes('/following')).length;
+  // Three users at once: all three reach X before its first 403 is back.
+  const first = await Promise.all(['2244994945', '14', '15'].map((id) => perch.request(`/v1/users/${id}/following`)));
+  assert.deepEqual(
+    first.map((r) => [r.status, r.text]),
+    Array(3).fill([502, '{"error":{"message":"Upstream error","code":"E502"}}']),
+  );
+  assert.equal(following(), 3);
+  // Another user, so no cache or flight can answer it: only the remembered refusal does.
+  assert.equal((await perch.request('/v1/users/783214/following')).status, 502);
+  assert.equal(following(), 3);
+  assert.equal((await perch.request('/v1/users/2244994945')).status, 200, 'the same token on another endpoint');
+  const refusals = perch.logs.lines().filter((l) => l.msg === 'provider refuses this endpoint to the credential: not asked again until then');
+  assert.deepEqual(
+    refusals.map((l) => [l.level, l.credential, l.route, l.until]),
+    [[40, 'default', 'following', new Date(START + 600_000).toISOString()]],
+  );
+  clock.advance(599_999);
+  assert.equal((await perch.request('/v1/users/12/following')).status, 502);
+  assert.equal(following(), 3);
+  clock.advance(1);
+  assert.equal((await perch.request('/v1/users/13/following')).status, 502);
+  assert.equal(following(), 4, 'asked again once the time is up');
+  assert.equal(perch.logs.lines().filter((l) => l.msg === refusals[0]!.msg).length, 2, 'logged again for the new refusal');
+  assert.equal(perch.logs.lines().filter((l) => l.level === 50).length, 0, 'not logged as a rejected credential');
+});
+}
+
+test('x_v2 a 403 for one token makes the call once more with the next, which X serves', { timeout: 10_000 }, async (t) => {
+  const { upstream, perch } = await setup(
+    t,
+    (req, res) =>
+      (req.url ?? '').includes('/following') && req.headers.authorization === `Bearer ${TOKEN_A}` ? send(res, 403, CLIENT_FORBIDDEN) : standIn(req, res),
+    `credentials: [{ id: one, bearer_token: "${TOKEN_A}" }, { id: two, bearer_token: "${TOKEN_B}" }]`,
+  );
+  // The stand-in knows the first user only: the others are X's own "not found", still answers.
+  const statuses = [];
+  for (const id of ['2244994945', '783214', '12']) statuses.push((await perch.request(`/v1/users/${id}/following`)).status);
+  assert.deepEqual(statuses, [200, 404, 404]);
+  assert.deepEqual(
+    upstream.requests.filter((r) => (r.url ?? '').includes('/following')).map((r) => r.headers.authorization),
+    [`Bearer ${TOKEN_A}`, `Bearer ${TOKEN_B}`, `Bearer ${TOKEN_B}`, `Bearer ${TOKEN_B}`],
+  );
+});
+
 test('x_v2 a 200 that cannot be mapped is 502 E502, logged with the JSON path, not cached', { timeout: 10_000 }, async (t) => {
   const user = xFixture('user');
   delete user.data.public_metrics;

@@ -183,6 +183,12 @@ const xV2 = obj(
         expected: 'must be a non-empty list of { id, bearer_token }',
       },
     ),
+    forbidden_retry_seconds: int({
+      min: 1,
+      max: 86_400,
+      default: 3600,
+      doc: "how long perch stops asking X for an endpoint with a token X answered 403 for it (an endpoint outside the app's plan), 1-86400; logged once; other endpoints and other tokens go on",
+    }),
     cooldown_scope: cooldownScope(
       'endpoint',
       "what an X 429 stops: that credential's calls to that endpoint, since X's windows are per endpoint and per token (`upstream`: all its endpoints)",

@@ -38,7 +38,8 @@ export function answerFor(endpoint: EndpointName, result: UpstreamResult, nowMs:
       // perch made no call: a "wait" the client can act on is a 429, anything else an upstream error.
       return isWaitRefusal(result.reason) ? { ...errorAnswer('E429'), retryAfterSeconds: result.retryAfterSeconds } : errorAnswer('E502');
     case 'failed':
-      return errorAnswer(passThrough && result.failure === 'unauthorized' ? 'E401' : 'E502');
+      // A pass-through call's key is the client's: a provider refusing it is the client's 401.
+      return errorAnswer(passThrough && (result.failure === 'unauthorized' || result.failure === 'forbidden') ? 'E401' : 'E502');
     case 'timeout':
       return errorAnswer('E504');
   }

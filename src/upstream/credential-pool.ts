@@ -9,6 +9,8 @@ export interface CredentialPoolOptions {
   readonly upstream: string;
   readonly config: Pick<ProviderProtectionConfig, 'cooldown_scope' | 'rate_limit_reserve' | 'usage_cap_seconds'> & {
     readonly credentials: readonly CredentialConfig[];
+    /** x_v2: how long an endpoint the provider refused to a credential stays stopped for it. */
+    readonly forbidden_retry_seconds?: number;
   };
   readonly state: ProviderState;
   readonly clock: Clock;
@@ -26,12 +28,16 @@ export interface CredentialPool {
  * What the provider says about each credential: a 429 stops that credential (or, for a 503,
  * the whole upstream) until the time it gave; a spent usage cap stops the credential on every
  * endpoint for long; a window reported down to the reserve stops it until the reset; a 401/403
- * takes it out of the rotation until a reload. The call that drew a 429 or a 401/403 is made
- * once more on another credential, so the client does not pay for one bad credential.
+ * takes it out of the rotation until a reload; an endpoint the provider refuses to a credential
+ * (x_v2's 403) is stopped for that credential alone for `forbidden_retry_seconds`. The call that
+ * drew a 429, a 401/403 or such a refusal is made once more on another credential, so the client
+ * does not pay for one bad credential.
  */
 export function createCredentialPool(options: CredentialPoolOptions): CredentialPool {
   const { upstream, config, state, clock, logger, events } = options;
   const revoked = new Set<string>();
+  /** Credential and endpoint -> until when it is refused, so the refusal is logged once. */
+  const forbidden = new Map<string, number>();
   const standing = new Map<string, { state: CredentialState; untilMs?: number }>(
     config.credentials.map((c) => [c.id, { state: 'active' }]),
   );
@@ -81,7 +87,18 @@ export function createCredentialPool(options: CredentialPoolOptions): Credential
       else setStanding(credential, 'cooling_down', result.untilMs);
       return { again: !whole, result };
     }
-    // With the client's own key (pass-through) a rejection is the client's to hear, not perch's.
+    // With the client's own key (pass-through) a refusal is the client's to hear, not perch's.
+    if (result.kind === 'failed' && result.failure === 'forbidden' && attempt.credential === undefined && config.forbidden_retry_seconds !== undefined) {
+      const untilMs = now + config.forbidden_retry_seconds * 1000;
+      // Through the shared state: every instance stops asking, and each logs it once.
+      record({ credential, scope: route, untilMs, state: 'forbidden' });
+      const key = `${credential}\n${route}`;
+      if ((forbidden.get(key) ?? 0) <= now) {
+        logger.warn({ upstream, credential, route, until: new Date(untilMs).toISOString() }, 'provider refuses this endpoint to the credential: not asked again until then');
+      }
+      forbidden.set(key, untilMs);
+      return { again: true, result };
+    }
     if (result.kind === 'failed' && result.failure === 'unauthorized' && attempt.credential === undefined) {
       if (!revoked.has(credential)) logger.error({ upstream, credential, reason: result.reason }, 'provider rejected a credential: out of the rotation until a reload');
       revoked.add(credential);

@@ -9,7 +9,7 @@ import { secondsUntil, type Attempt, type Credential, type Layer, type RefusalRe
 
 export interface GuardOptions {
   readonly upstream: string;
-  readonly config: ProviderProtectionConfig & { readonly credentials: readonly CredentialConfig[]; readonly timeout_ms: number };
+  readonly config: ProviderProtectionConfig & { readonly credentials: readonly CredentialConfig[]; readonly timeout_ms: number; readonly forbidden_retry_seconds?: number };
   readonly state: ProviderState;
   readonly clock: Clock;
   readonly timers: Timers;
@@ -26,6 +26,8 @@ const REFUSAL: Readonly<Record<StopState, RefusalReason>> = {
   cooling_down: 'cooling_down',
   usage_capped: 'usage_capped',
   breaker_open: 'breaker_open',
+  // Every credential is refused this endpoint: none can serve it, as when all were rejected.
+  forbidden: 'no_credential',
 };
 
 /**
@@ -64,7 +66,8 @@ export function createGuard(options: GuardOptions): Guard {
   }
 
   const layer: Layer = (next) => async (attempt) => {
-    const scope = config.cooldown_scope === 'endpoint' ? attempt.request.endpoint : ANY;
+    // Per endpoint also where the provider refuses single endpoints to a credential (x_v2).
+    const scope = config.cooldown_scope === 'endpoint' || config.forbidden_retry_seconds !== undefined ? attempt.request.endpoint : ANY;
     // A client's own key (pass-through) is the only candidate; its stops are its own, so they
     // never stand for the whole rotation in `known`.
     const own = attempt.credential;

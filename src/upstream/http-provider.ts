@@ -34,6 +34,8 @@ export interface Dialect {
    * until a reload. Any other 4xx is a failure of this one call.
    */
   readonly rejectsCredential: readonly number[];
+  /** Statuses that refuse one endpoint to a credential that serves the others. */
+  readonly forbidsEndpoint?: readonly number[];
   /** A 2xx body that parsed as JSON, to a result; `raw` is the exact bytes received. */
   success(request: EndpointRequest, parsed: unknown, raw: Buffer, status: number): UpstreamResult;
 }
@@ -118,6 +120,7 @@ async function classify(
   // is the client's cursor; without one it is a disagreement between perch and the provider.
   if (statusCode === 400 && request.cursor !== undefined) return { kind: 'bad_request', reason: 'status 400 on a cursor' };
   if (dialect.rejectsCredential.includes(statusCode)) return failed('unauthorized', `status ${statusCode}: the provider rejected the credential`, statusCode);
+  if (dialect.forbidsEndpoint?.includes(statusCode)) return failed('forbidden', `status ${statusCode}: the provider does not serve this endpoint to the credential`, statusCode);
   if (statusCode >= 500) return failed('status_5xx', `status ${statusCode}`, statusCode);
   return failed('unexpected_status', `status ${statusCode}`, statusCode);
 }

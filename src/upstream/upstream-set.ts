@@ -85,7 +85,7 @@ export class UpstreamSet {
         decided = better(decided, routed);
         // A client's key the provider rejected is the client's answer: the next upstream would not
         // take it either, and trying costs a call.
-        if (!movesOn(result) || (clientKey !== undefined && result.kind === 'failed' && result.failure === 'unauthorized')) return routed;
+        if (!movesOn(result) || (clientKey !== undefined && result.kind === 'failed' && (result.failure === 'unauthorized' || result.failure === 'forbidden'))) return routed;
         if (i < route.length - 1) this.#failover(name, request.endpoint, result, route[i + 1]!);
       }
       // Validation guarantees every route names at least one upstream.

@@ -67,12 +67,14 @@ export type UpstreamResult = (
 
 /**
  * Why an upstream exchange failed, a closed set so logs and metrics can count them.
+ * `forbidden` is a provider refusing one endpoint to a credential that serves the others (X's
+ * 403 for an endpoint outside the app's plan): neither the provider's health nor the credential's.
  * `unauthorized` is the provider rejecting perch's own credential (401/403): an operator problem,
  * logged as an error, never reported to the client as an invalid key. `bad_body` is a 2xx body
  * that is not JSON or is too large; `invalid_body` is JSON that fails the endpoint's schema, kept
  * apart because it usually means the provider changed its format, not that an exchange broke.
  */
-export type UpstreamFailure = 'status_5xx' | 'connection' | 'bad_body' | 'invalid_body' | 'unauthorized' | 'unexpected_status';
+export type UpstreamFailure = 'status_5xx' | 'connection' | 'bad_body' | 'invalid_body' | 'unauthorized' | 'forbidden' | 'unexpected_status';
 
 /** One call down the layers of one upstream. Layers pass a modified copy, never mutate it. */
 export interface Attempt {

@@ -49,6 +49,7 @@ const X_V2_DIALECT: Dialect = {
   // X's 403 is about the endpoint, not the token: an endpoint outside the app's plan (following,
   // on some plans) answers 403 while every other endpoint still serves that same token.
   rejectsCredential: [401],
+  forbidsEndpoint: [403],
   success(request, parsed, _raw, status) {
     const { endpoint } = request;
     let v1: object;

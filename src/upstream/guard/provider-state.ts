@@ -2,7 +2,7 @@ import type { ProviderProtectionConfig } from '../../config/types.js';
 import type { Payer } from '../upstream.js';
 
 /** Why calls on a credential (or a whole upstream) are stopped until a time. */
-export type StopState = 'cooling_down' | 'usage_capped' | 'breaker_open';
+export type StopState = 'cooling_down' | 'usage_capped' | 'breaker_open' | 'forbidden';
 
 /** Any credential, or any endpoint, in a stop record's key. */
 export const ANY = '*';
