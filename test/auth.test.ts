@@ -8,7 +8,7 @@ import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
 const E401 = '{"error":{"message":"Invalid API key","code":"E401"}}';
 
 function config(url: string): string {
-  const digest = createHash('sha256').update('hashed-key-charlie-0123').digest('hex').toUpperCase();
+  const digest = createHash('sha256').update('hashed-key-chx9-0123').digest('hex').toUpperCase();
   return `
 server: { port: 0 }
 auth:
@@ -16,7 +16,7 @@ auth:
     - { id: alpha, key: "${KEY}", plan: p }
     - { id: charlie, sha256: "${digest}", plan: p }
 rate_limits: { p: { capacity: 1000, refill_per_second: 1000 } }
-upstreams: { main: { kind: v1, url: "${url}", headers: { X-API-Key: "provider-secret-value" } } }
+upstreams: { main: { kind: v1, url: "${url}", headers: { X-API-Key: "upstrm-secret-value" } } }
 `;
 }
 
@@ -47,7 +47,7 @@ test('keys given as a literal or as a sha256 digest both authenticate', async (t
   const upstream = await startUpstream(t, sampleProvider);
   const perch = await startPerch(t, config(upstream.url));
   assert.equal((await perch.request('/v1/users/1')).status, 200);
-  assert.equal((await perch.request('/v1/users/2', { key: 'hashed-key-charlie-0123' })).status, 200);
+  assert.equal((await perch.request('/v1/users/2', { key: 'hashed-key-chx9-0123' })).status, 200);
   const keyIds = perch.logs.lines().filter((l) => l.msg === 'request').map((l) => l.key_id);
   assert.deepEqual(keyIds, ['alpha', 'charlie']);
 });
@@ -57,7 +57,7 @@ test("the client's key never reaches the upstream; the configured provider heade
   const perch = await startPerch(t, config(upstream.url));
   await perch.request('/v1/users/1', { headers: { authorization: 'Bearer client-token', cookie: 'a=b' } });
   const headers = upstream.requests[0]!.headers;
-  assert.equal(headers['x-api-key'], 'provider-secret-value');
+  assert.equal(headers['x-api-key'], 'upstrm-secret-value');
   assert.equal(headers.authorization, undefined);
   assert.equal(headers.cookie, undefined);
   assert.ok(!JSON.stringify(headers).includes(KEY));
@@ -68,9 +68,9 @@ test('neither client keys nor provider secrets appear in logs; logs name the key
   const perch = await startPerch(t, config(upstream.url));
   await perch.request('/v1/users/1');
   await perch.request('/v1/users/1', { key: 'wrong-key-guess-value' });
-  await perch.request('/v1/tweets/1', { key: 'hashed-key-charlie-0123' });
+  await perch.request('/v1/tweets/1', { key: 'hashed-key-chx9-0123' });
   const text = perch.logs.text();
-  for (const secret of [KEY, 'wrong-key-guess-value', 'hashed-key-charlie-0123', 'provider-secret-value']) {
+  for (const secret of [KEY, 'wrong-key-guess-value', 'hashed-key-chx9-0123', 'upstrm-secret-value']) {
     assert.ok(!text.includes(secret), `log contains ${secret}`);
   }
   const lines = perch.logs.lines().filter((l) => l.msg === 'request');
@@ -94,7 +94,7 @@ test('one keep-alive connection that changes its key is judged on the key it sen
       req.end();
     });
   assert.deepEqual(
-    [await get(KEY), await get(KEY), await get(`${KEY}x`), await get(KEY), await get('hashed-key-charlie-0123'), await get(KEY)],
+    [await get(KEY), await get(KEY), await get(`${KEY}x`), await get(KEY), await get('hashed-key-chx9-0123'), await get(KEY)],
     [200, 200, 401, 200, 200, 200],
   );
   assert.equal(sockets.size, 1, 'all on one connection');

@@ -3,8 +3,8 @@ import { test } from 'node:test';
 import { guardedUpstream, limitedOnce } from './helpers/guarded-upstream.js';
 import { json, sampleProvider } from './helpers/upstream-server.js';
 
-const SECRET_A = 'provider-secret-aaaa-0001';
-const SECRET_B = 'provider-secret-bbbb-0002';
+const SECRET_A = 'upstrm-secret-aaaa-0001';
+const SECRET_B = 'upstrm-secret-bbbb-0002';
 
 const POOL = `credentials: [{ id: one, headers: { X-Key: "${SECRET_A}" } }, { id: two, headers: { X-Key: "${SECRET_B}" } }]`;
 

@@ -12,7 +12,7 @@ import { selfSignedCertificate } from './helpers/tls-files.js';
 import { json, sampleProvider, startUpstream } from './helpers/upstream-server.js';
 
 const KEYS_YAML = `
-auth: { keys: [ { id: a, key: "claims-test-key-0123456789", plan: p } ] }
+auth: { keys: [ { id: a, key: "qz7-test-key-0123456789", plan: p } ] }
 rate_limits: { p: { capacity: 100, refill_per_second: 100 } }
 upstreams: { demo: { kind: fixture } }
 `;

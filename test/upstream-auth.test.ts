@@ -8,10 +8,10 @@ import { startRedis } from './helpers/redis-server.js';
 import { json, sampleProvider, startUpstream, type TestUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
 import { xFixtureText } from './helpers/x-v2-fixtures.js';
 
-const GOOD = 'client-good-alpha-0123456789';
-const OTHER_GOOD = 'client-good-bravo-0123456789';
-const BAD = 'client-bad-charlie-0123456789';
-const PROVIDER_SECRET = 'perch-own-provider-secret';
+const GOOD = 'ck-good-alpha-0123456789';
+const OTHER_GOOD = 'ck-good-bravo-0123456789';
+const BAD = 'ck-bad-chx-0123456789';
+const PROVIDER_SECRET = 'perch-own-upstrm-secret';
 const E401 = '{"error":{"message":"Invalid API key","code":"E401"}}';
 
 /** A provider that checks its own keys: the good ones get sample bodies, any other key a 401. */
@@ -94,8 +94,8 @@ upstreams: { x: { kind: x_v2, url: "${upstream.url}", timeout_ms: 2000 } }
 });
 
 test("pass-through: X's 403 for the client's own token is 401 E401, and perch's state for other keys is untouched", { timeout: 10_000 }, async (t) => {
-  const allowed = 'AAAAAAAAAAAAAAAAAAAAAClientAllowed%2Bxyz';
-  const forbidden = 'AAAAAAAAAAAAAAAAAAAAAClientForbidden%2Bxyz';
+  const allowed = 'AAAAAAAAAAAAAAAAAAAAAOwnTokenYes%2Bxyz';
+  const forbidden = 'AAAAAAAAAAAAAAAAAAAAAOwnTokenNo%2Bxyz';
   const upstream = await startUpstream(t, (req: IncomingMessage, res: ServerResponse) => {
     if (req.headers.authorization === `Bearer ${forbidden}`) {
       return json(403, { title: 'Client Forbidden', type: 'https://api.twitter.com/2/problems/client-forbidden' })(req, res);

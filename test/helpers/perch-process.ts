@@ -1,10 +1,12 @@
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import type { TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { onCleanup } from './cleanup.js';
 import { waitFor } from './perch.js';
+import { leakedFragments, secretsOf } from './secret-scan.js';
 
 /** The built entry point, `perch` as an operator runs it. */
 export const MAIN = fileURLToPath(new URL('../../src/main.js', import.meta.url));
@@ -30,6 +32,13 @@ export async function spawnPerch(t: TestContext, configPath: string, env: NodeJS
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
     child.on('exit', (code, signal) => resolve({ code, signal })),
   );
+  // The log (stdout) must hold no fragment of a configured secret; stderr's hint for the person
+  // at the terminal is not a log.
+  const secrets = secretsOf(readFileSync(configPath, 'utf8'), env);
+  onCleanup(t, () => {
+    const leaks = leakedFragments(stdout, secrets);
+    if (leaks.length > 0) throw new Error(`secret fragments in the log: ${leaks.join(', ')}`);
+  });
   onCleanup(t, async () => {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     await exited;

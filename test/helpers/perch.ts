@@ -7,6 +7,7 @@ import type { Config } from '../../src/config/types.js';
 import type { Timers } from '../../src/timers.js';
 import { createPerch } from '../../src/app/perch.js';
 import { onCleanup } from './cleanup.js';
+import { leakedFragments, secretsOf } from './secret-scan.js';
 import { captureLogs, type LogCapture } from './log-capture.js';
 
 export const KEY = 'test-key-alpha-0123456789';
@@ -105,6 +106,12 @@ export async function startPerch(
   const logs = captureLogs();
   const perch = createPerch({ config, logger: logs.logger, clock: options.clock, timers: options.timers, dispatchers: options.dispatchers, random: options.random });
   const address = await perch.listen();
+  // Every key configured or presented, every upstream secret: none may reach a log, even in part.
+  const secrets = new Set(secretsOf(yaml, options.env ?? {}));
+  onCleanup(t, () => {
+    const leaks = leakedFragments(logs.text(), secrets);
+    if (leaks.length > 0) throw new Error(`secret fragments in the log: ${leaks.join(', ')}`);
+  });
   onCleanup(t, () => perch.close());
   const url = `http://127.0.0.1:${address.port}`;
   let received = 0;
@@ -119,6 +126,8 @@ export async function startPerch(
       const headers: Record<string, string> = { ...requestOptions.headers };
       const key = requestOptions.key === undefined ? KEY : requestOptions.key;
       if (key !== null) headers['x-api-key'] = key;
+      const presented = headers['x-api-key'];
+      if (presented !== undefined) secrets.add(presented);
       const response = await fetch(url + path, { method: requestOptions.method ?? 'GET', headers });
       const text = await response.text();
       return { status: response.status, headers: response.headers, text, json: () => JSON.parse(text) };
