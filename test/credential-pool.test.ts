@@ -61,22 +61,71 @@ test('a credential answered 429 cools down alone, and the request is made again 
   assert.match(metrics, /perch_upstream_credential_state\{upstream="main",credential="two",state="active"\} 1/);
 });
 
-test('a credential answered 401 leaves the rotation after its first 401; logs name its id, never its secret', { timeout: 10_000 }, async (t) => {
+test('a credential answered 401 leaves the rotation until its recheck: rejected again, the wait doubles; answered, it is back', { timeout: 10_000 }, async (t) => {
+  let aRevoked = true;
   const { clock, upstream, perch } = await guardedUpstream(
     t,
-    (req, res) => (req.headers['x-key'] === SECRET_A ? json(401, {})(req, res) : sampleProvider(req, res)),
+    (req, res) => (req.headers['x-key'] === SECRET_A && aRevoked ? json(401, {})(req, res) : sampleProvider(req, res)),
     POOL,
   );
-  for (let i = 1; i <= 6; i++) assert.equal((await perch.request(`/v1/users/${i}`)).status, 200);
-  clock.advance(86_400_000);
-  assert.equal((await perch.request('/v1/users/7')).status, 200);
-  assert.equal(upstream.requests.filter((r) => r.headers['x-key'] === SECRET_A).length, 1);
-  const errors = perch.logs.lines().filter((l) => l.level === 50);
-  assert.deepEqual(errors.map((l) => [l.msg, l.credential]), [['provider rejected a credential: out of the rotation until a reload', 'one']]);
+  const start = clock.now();
+  let user = 0;
+  const miss = async () => assert.equal((await perch.request(`/v1/users/${++user}`)).status, 200, 'the client never pays for the revoked credential');
+  const callsOnA = () => upstream.requests.filter((r) => r.headers['x-key'] === SECRET_A).length;
+  for (let i = 0; i < 6; i++) await miss();
+  assert.equal(callsOnA(), 1);
+  assert.deepEqual(
+    perch.logs.lines().filter((l) => l.level === 50).map((l) => [l.msg, l.credential, l.recheck_at]),
+    [['provider rejected a credential: out of the rotation until its recheck', 'one', new Date(start + 300_000).toISOString()]],
+  );
+  // Due at 300 s, then 600 s later, then 1200 s later: each recheck is one call on it, and the
+  // request it rides on is served by the other credential.
+  const rechecks: unknown[][] = [];
+  for (const wait of [300_000, 600_000]) {
+    clock.advance(wait - 1);
+    await miss();
+    assert.equal(callsOnA(), 1 + rechecks.length, 'not before its time');
+    clock.advance(1);
+    await miss();
+    rechecks.push(['rejected', new Date(clock.now() + wait * 2).toISOString()]);
+    assert.equal(callsOnA(), 1 + rechecks.length);
+  }
+  const lines = perch.logs.lines().filter((l) => l.msg === 'credential recheck: still out of the rotation');
+  assert.deepEqual(lines.map((l) => [l.outcome, l.recheck_at]), rechecks);
+  aRevoked = false;
+  clock.advance(1_200_000);
+  await miss();
+  assert.equal(callsOnA(), 4, 'the recheck that restores it');
+  assert.equal(perch.logs.lines().filter((l) => l.msg === 'credential recheck: the provider answers it again, back in the rotation').length, 1);
+  for (let i = 0; i < 4; i++) await miss();
+  assert.equal(callsOnA(), 6, 'back in the rotation: every other call');
   assert.ok(!perch.logs.text().includes(SECRET_A) && !perch.logs.text().includes(SECRET_B));
   const metrics = await (await fetch(`${perch.url}/metrics`)).text();
-  assert.match(metrics, /perch_upstream_credential_state\{upstream="main",credential="one",state="revoked"\} 1/);
+  assert.match(metrics, /perch_upstream_credential_rechecks_total\{upstream="main",credential="one",result="rejected"\} 2/);
+  assert.match(metrics, /perch_upstream_credential_rechecks_total\{upstream="main",credential="one",result="restored"\} 1/);
+  assert.match(metrics, /perch_upstream_credential_state\{upstream="main",credential="one",state="active"\} 1/);
   assert.ok(!metrics.includes(SECRET_A));
+});
+
+test('a credential the provider keeps rejecting is rechecked at 300, 600, 1200, 2400, 3600, 3600 s: the wait stops at an hour', { timeout: 10_000 }, async (t) => {
+  const { clock, upstream, perch } = await guardedUpstream(t, json(401, {}), '');
+  const start = clock.now();
+  assert.equal((await perch.request('/v1/users/1')).status, 502);
+  let at = start;
+  const gaps: number[] = [];
+  for (const wait of [300_000, 600_000, 1_200_000, 2_400_000, 3_600_000, 3_600_000]) {
+    clock.advance(wait - 1);
+    assert.equal((await perch.request('/v1/users/1')).status, 502);
+    const before = upstream.requests.length;
+    clock.advance(1);
+    assert.equal((await perch.request('/v1/users/1')).status, 502);
+    assert.equal(upstream.requests.length, before + 1, 'exactly one call, the recheck');
+    gaps.push(clock.now() - at);
+    at = clock.now();
+  }
+  assert.deepEqual(gaps, [300_000, 600_000, 1_200_000, 2_400_000, 3_600_000, 3_600_000]);
+  const ready = (await (await fetch(`${perch.url}/readyz`)).json()) as { checks: Record<string, string> };
+  assert.equal(ready.checks['upstream:main'], `no_credential until ${new Date(at + 3_600_000).toISOString()}`);
 });
 
 test('a 503 with Retry-After stops the whole upstream, every credential', { timeout: 10_000 }, async (t) => {

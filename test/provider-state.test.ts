@@ -12,6 +12,7 @@ const PROTECTION: ProviderProtectionConfig = {
   rate_limit_reserve: 0,
   cooldown_scope: 'upstream',
   usage_cap_seconds: 86_400,
+  credential_recheck_seconds: 300,
   retries: 0,
   retry_budget_percent: 20,
   retry_budget_min_per_second: 1,

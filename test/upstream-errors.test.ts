@@ -76,7 +76,7 @@ test('upstream 401 and 403 are 502 E502, logged as an error, never a client 401'
     assertNoLeak(res);
     const errors = perch.logs.lines().filter((l) => l.level === 50);
     assert.equal(errors.length, 1);
-    assert.equal(errors[0]!.msg, 'provider rejected a credential: out of the rotation until a reload');
+    assert.equal(errors[0]!.msg, 'provider rejected a credential: out of the rotation until its recheck');
     assert.equal(errors[0]!.upstream, 'main');
   }
 });

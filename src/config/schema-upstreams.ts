@@ -90,6 +90,12 @@ const HTTP = {
     default: 0,
     doc: 'stop calling a credential when the provider reports this many calls left in its window (`x-rate-limit-remaining` or IETF `RateLimit`), until the window resets',
   }),
+  credential_recheck_seconds: int({
+    min: 1,
+    max: 3600,
+    default: 300,
+    doc: 'how long a credential the provider answered 401/403 stays out before one real call tries it again, 1-3600: any answer but 401/403 restores it, another 401/403 doubles the wait, up to an hour; one instance of a fleet rechecks at a time; a reload restores at once',
+  }),
   usage_cap_seconds: int({
     min: 1,
     max: 31 * 86_400,

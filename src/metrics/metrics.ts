@@ -3,7 +3,7 @@ import { FastCounter, FastHistogram } from './fast-metrics.js';
 import type { CacheOutcome } from '../cache/outcome.js';
 import type { CacheStore, CacheTier } from '../cache/store.js';
 import type { EndpointName } from '../endpoints.js';
-import type { BreakerState, CredentialState, RetryDecision, UpstreamEvents } from '../upstream/events.js';
+import type { BreakerState, CredentialState, RecheckResult, RetryDecision, UpstreamEvents } from '../upstream/events.js';
 import type { RefusalReason, UpstreamResult } from '../upstream/upstream.js';
 import { PERCH_VERSION } from '../version.js';
 
@@ -46,6 +46,7 @@ export class PerchMetrics implements UpstreamEvents {
   readonly #refused: Counter;
   readonly #queueWait: Histogram;
   readonly #credentialState: Gauge;
+  readonly #rechecks: Counter;
   readonly #breakerState: Gauge;
   readonly #retries: Counter;
   readonly #failovers: Counter;
@@ -142,6 +143,12 @@ export class PerchMetrics implements UpstreamEvents {
       name: 'perch_upstream_credential_state',
       help: 'Standing of each upstream credential as this instance last saw it: 1 for the current state.',
       labelNames: ['upstream', 'credential', 'state'],
+      registers,
+    });
+    this.#rechecks = new Counter({
+      name: 'perch_upstream_credential_rechecks_total',
+      help: 'Recheck calls of revoked upstream credentials, by upstream, credential id and result (restored, rejected, no_answer).',
+      labelNames: ['upstream', 'credential', 'result'],
       registers,
     });
     this.#breakerState = new Gauge({
@@ -328,6 +335,10 @@ export class PerchMetrics implements UpstreamEvents {
 
   credentialState(upstream: string, credential: string, state: CredentialState): void {
     for (const each of CREDENTIAL_STATES) this.#credentialState.set({ upstream, credential, state: each }, each === state ? 1 : 0);
+  }
+
+  credentialRecheck(upstream: string, credential: string, result: RecheckResult): void {
+    this.#counter(this.#rechecks, `rc|${upstream}|${credential}|${result}`, { upstream, credential, result }).inc();
   }
 
   breakerState(upstream: string, state: BreakerState): void {

@@ -102,7 +102,11 @@ export function buildUpstream(name: string, config: UpstreamConfig, options: Cha
     const breakerState = breaker.state();
     const shed = throttle.rejectProbability();
     const standings = Object.values(credentials);
-    if (standings.every((s) => s.state === 'revoked')) return { state: 'no_credential', breaker: breakerState, throttle: shed, credentials };
+    if (standings.every((s) => s.state === 'revoked')) {
+      // Until the first recheck is due: then one call tries a credential again.
+      const recheck = Math.min(...standings.map((s) => s.untilMs ?? Number.POSITIVE_INFINITY));
+      return { state: 'no_credential', ...(Number.isFinite(recheck) ? { untilMs: recheck } : {}), breaker: breakerState, throttle: shed, credentials };
+    }
     if (breakerState === 'open') return { state: 'breaker_open', breaker: breakerState, throttle: shed, credentials };
     const stop = guard.stoppedAt(ANY);
     if (stop !== undefined) return { state: stop.state, untilMs: stop.untilMs, breaker: breakerState, throttle: shed, credentials };

@@ -5,9 +5,12 @@ import type { CredentialState, UpstreamEvents } from './events.js';
 import { ANY, type ProviderState, type Stop } from './guard/provider-state.js';
 import type { Attempt, Layer, UpstreamResult } from './upstream.js';
 
+/** The longest wait between two rechecks of a credential the provider keeps rejecting. */
+const MAX_RECHECK_WAIT_MS = 3_600_000;
+
 export interface CredentialPoolOptions {
   readonly upstream: string;
-  readonly config: Pick<ProviderProtectionConfig, 'cooldown_scope' | 'rate_limit_reserve' | 'usage_cap_seconds'> & {
+  readonly config: Pick<ProviderProtectionConfig, 'cooldown_scope' | 'rate_limit_reserve' | 'usage_cap_seconds' | 'credential_recheck_seconds'> & {
     readonly credentials: readonly CredentialConfig[];
     /** x_v2: how long an endpoint the provider refused to a credential stays stopped for it. */
     readonly forbidden_retry_seconds?: number;
@@ -28,14 +31,18 @@ export interface CredentialPool {
  * What the provider says about each credential: a 429 stops that credential (or, for a 503,
  * the whole upstream) until the time it gave; a spent usage cap stops the credential on every
  * endpoint for long; a window reported down to the reserve stops it until the reset; a 401/403
- * takes it out of the rotation until a reload; an endpoint the provider refuses to a credential
+ * takes it out of the rotation until a recheck (`credential_recheck_seconds`, doubling while the
+ * provider keeps rejecting it, up to an hour) or a reload; an endpoint the provider refuses to a credential
  * (x_v2's 403) is stopped for that credential alone for `forbidden_retry_seconds`. The call that
  * drew a 429, a 401/403 or such a refusal is made once more on another credential, so the client
  * does not pay for one bad credential.
  */
 export function createCredentialPool(options: CredentialPoolOptions): CredentialPool {
   const { upstream, config, state, clock, logger, events } = options;
-  const revoked = new Set<string>();
+  /** Revoked credentials: when the next recheck is due and the wait it follows. */
+  const revoked = new Map<string, { recheckAtMs: number; waitMs: number }>();
+  /** Credentials whose recheck call is under way on this instance. */
+  const rechecking = new Set<string>();
   /** Credential and endpoint -> until when it is refused, so the refusal is logged once. */
   const forbidden = new Map<string, number>();
   const standing = new Map<string, { state: CredentialState; untilMs?: number }>(
@@ -100,9 +107,15 @@ export function createCredentialPool(options: CredentialPoolOptions): Credential
       return { again: true, result };
     }
     if (result.kind === 'failed' && result.failure === 'unauthorized' && attempt.credential === undefined) {
-      if (!revoked.has(credential)) logger.error({ upstream, credential, reason: result.reason }, 'provider rejected a credential: out of the rotation until a reload');
-      revoked.add(credential);
-      setStanding(credential, 'revoked');
+      if (!revoked.has(credential)) {
+        const waitMs = config.credential_recheck_seconds * 1000;
+        revoked.set(credential, { recheckAtMs: now + waitMs, waitMs });
+        logger.error(
+          { upstream, credential, reason: result.reason, recheck_at: new Date(now + waitMs).toISOString() },
+          'provider rejected a credential: out of the rotation until its recheck',
+        );
+      }
+      setStanding(credential, 'revoked', revoked.get(credential)!.recheckAtMs);
       return { again: true, result };
     }
     const limit = result.limit;
@@ -118,14 +131,70 @@ export function createCredentialPool(options: CredentialPoolOptions): Credential
     return { again: false, result };
   }
 
+  /**
+   * A revoked credential whose recheck is due and whose turn this instance got (one instance of
+   * a fleet rechecks, through the shared state); undefined when there is none.
+   */
+  async function dueRecheck(): Promise<string | undefined> {
+    const now = clock.now();
+    for (const [credential, entry] of revoked) {
+      if (entry.recheckAtMs > now || rechecking.has(credential)) continue;
+      rechecking.add(credential);
+      let turn = false;
+      try {
+        turn = await state.claim(upstream, `recheck:${credential}`, entry.waitMs);
+      } catch {
+        turn = false;
+      }
+      if (turn) return credential;
+      // Another instance has the turn: this one waits a full interval before it asks again.
+      revoked.set(credential, { ...entry, recheckAtMs: now + entry.waitMs });
+      rechecking.delete(credential);
+    }
+    return undefined;
+  }
+
+  /** What a recheck's answer says: any answer but 401/403 restores the credential. */
+  function settleRecheck(credential: string, result: UpstreamResult): void {
+    rechecking.delete(credential);
+    const entry = revoked.get(credential);
+    if (entry === undefined) return;
+    const now = clock.now();
+    const answered = result.kind !== 'refused' && result.kind !== 'timeout' && !(result.kind === 'failed' && result.failure === 'connection');
+    if (result.credential === credential && answered && !(result.kind === 'failed' && result.failure === 'unauthorized')) {
+      revoked.delete(credential);
+      if (standing.get(credential)?.state === 'revoked') setStanding(credential, 'active');
+      logger.info({ upstream, credential }, 'credential recheck: the provider answers it again, back in the rotation');
+      events.credentialRecheck(upstream, credential, 'restored');
+      return;
+    }
+    const rejected = result.credential === credential && result.kind === 'failed' && result.failure === 'unauthorized';
+    const waitMs = rejected ? Math.min(entry.waitMs * 2, MAX_RECHECK_WAIT_MS) : entry.waitMs;
+    revoked.set(credential, { recheckAtMs: now + waitMs, waitMs });
+    setStanding(credential, 'revoked', now + waitMs);
+    logger.warn(
+      { upstream, credential, outcome: rejected ? 'rejected' : 'no_answer', recheck_at: new Date(now + waitMs).toISOString() },
+      'credential recheck: still out of the rotation',
+    );
+    events.credentialRecheck(upstream, credential, rejected ? 'rejected' : 'no_answer');
+  }
+
   const layer: Layer = (next) => async (attempt) => {
     // The client's own key is the one credential such a call may use: no rotation, no switch.
     const own = attempt.credential !== undefined;
-    const avoid = own || revoked.size === 0 ? undefined : [...revoked];
+    const recheck = own || revoked.size === 0 ? undefined : await dueRecheck();
+    if (recheck !== undefined) {
+      // This call is the recheck: every other credential is set aside, so it goes out on this one.
+      const result = await next({ ...attempt, avoid: config.credentials.map((c) => c.id).filter((id) => id !== recheck) });
+      settleRecheck(recheck, result);
+      // Restored, its answer is this call's; still out, the call goes on as if it had not been made.
+      if (!revoked.has(recheck)) return observe(result, attempt).result;
+    }
+    const avoid = own || revoked.size === 0 ? undefined : [...revoked.keys()];
     const first = observe(await next(avoid === undefined ? attempt : { ...attempt, avoid }), attempt);
     let result = first.result;
     if (first.again && !own && config.credentials.length > 1) {
-      const switched = observe(await next({ ...attempt, avoid: [...revoked, result.credential!] }), attempt).result;
+      const switched = observe(await next({ ...attempt, avoid: [...revoked.keys(), result.credential!] }), attempt).result;
       // A refusal of the second call says less than the provider's own answer to the first.
       if (switched.kind !== 'refused') result = switched;
     }

@@ -7,6 +7,9 @@ export type CredentialState = 'active' | 'cooling_down' | 'usage_capped' | 'revo
 /** An upstream breaker's state. */
 export type BreakerState = 'closed' | 'open' | 'half_open';
 
+/** How a revoked credential's recheck went: an answer restored it, a 401/403 kept it out, or no answer came. */
+export type RecheckResult = 'restored' | 'rejected' | 'no_answer';
+
 /** What the retry layer did about a failed attempt that could have been retried. */
 export type RetryDecision = 'retried' | 'budget_exhausted' | 'no_time' | 'exhausted';
 
@@ -27,6 +30,8 @@ export interface UpstreamEvents {
   queued(upstream: string, seconds: number): void;
   /** A credential changed standing. */
   credentialState(upstream: string, credential: string, state: CredentialState): void;
+  /** One recheck call of a revoked credential, and how it went. */
+  credentialRecheck(upstream: string, credential: string, result: RecheckResult): void;
   /** A breaker changed state. */
   breakerState(upstream: string, state: BreakerState): void;
   /** One decision of the retry layer. */
@@ -41,6 +46,7 @@ export const NO_EVENTS: UpstreamEvents = {
   called: () => {},
   queued: () => {},
   credentialState: () => {},
+  credentialRecheck: () => {},
   breakerState: () => {},
   retry: () => {},
   failover: () => {},

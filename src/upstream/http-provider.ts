@@ -31,7 +31,7 @@ export interface Dialect {
   known?(request: EndpointRequest): UpstreamResult | undefined;
   /**
    * Statuses that mean the credential itself was rejected, which takes it out of the rotation
-   * until a reload. Any other 4xx is a failure of this one call.
+   * until its recheck or a reload. Any other 4xx is a failure of this one call.
    */
   readonly rejectsCredential: readonly number[];
   /** Statuses that refuse one endpoint to a credential that serves the others. */

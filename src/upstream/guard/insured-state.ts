@@ -94,5 +94,14 @@ export class InsuredProviderState implements ProviderState {
     if (this.#upstream(upstream).state === 'closed') await this.#redis.lift(upstream, credential, scope, state);
   }
 
+  /** Fleet-wide while Redis answers; while it does not, each instance takes its own turns. */
+  claim(upstream: string, what: string, ttlMs: number): boolean | Promise<boolean> {
+    return this.#insured(
+      this.#upstream(upstream),
+      () => this.#redis.claim(upstream, what, ttlMs),
+      () => this.#memory.claim(upstream, what, ttlMs),
+    );
+  }
+
   async close(): Promise<void> {}
 }

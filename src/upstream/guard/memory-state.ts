@@ -30,6 +30,8 @@ interface Ledger {
 export class MemoryProviderState implements ProviderState {
   readonly #clock: Clock;
   readonly #stops = new Map<string, { untilMs: number; state: StopState }>();
+  /** Turns taken with `claim`, until when. */
+  readonly #claims = new Map<string, number>();
   readonly #ledgers = new Map<string, Ledger>();
   /** Calls counted per key and budget window, dropped once their window has ended. */
   readonly #budgets = new Map<string, { used: number; endMs: number }>();
@@ -113,6 +115,14 @@ export class MemoryProviderState implements ProviderState {
   lift(upstream: string, credential: string, scope: string, state: StopState): void {
     const key = stopKey(upstream, credential, scope);
     if (this.#stops.get(key)?.state === state) this.#stops.delete(key);
+  }
+
+  claim(upstream: string, what: string, ttlMs: number): boolean {
+    const key = `${upstream}\n${what}`;
+    const now = this.#clock.now();
+    if ((this.#claims.get(key) ?? 0) > now) return false;
+    this.#claims.set(key, now + ttlMs);
+    return true;
   }
 
   async close(): Promise<void> {}

@@ -129,6 +129,11 @@ export interface ProviderState extends OutcomeShare {
    * provider's own stop recorded meanwhile under the same key must stand.
    */
   lift(upstream: string, credential: string, scope: string, state: StopState): void | Promise<void>;
+  /**
+   * Takes the one turn at `what` (a revoked credential's recheck) for `ttlMs`: true for the
+   * instance that got it, false while another holds it, so one instance of a fleet acts.
+   */
+  claim(upstream: string, what: string, ttlMs: number): boolean | Promise<boolean>;
   close(): Promise<void>;
 }
 

@@ -260,6 +260,7 @@ interface WithScripts {
  */
 export class RedisProviderState implements ProviderState {
   readonly #scripts: WithScripts;
+  readonly #client: RedisClient;
   readonly #prefix: string;
   readonly #clockNow: () => number;
   readonly #firstReady: Promise<void>;
@@ -276,6 +277,7 @@ export class RedisProviderState implements ProviderState {
     client.defineCommand(SPEND, { numberOfKeys: 1, lua: SPEND_SCRIPT });
     client.defineCommand(REFUND, { numberOfKeys: 1, lua: REFUND_SCRIPT });
     this.#scripts = client as unknown as WithScripts;
+    this.#client = client;
     this.#prefix = options.prefix;
     this.#clockNow = options.now;
     this.#timeoutMs = options.commandTimeoutMs;
@@ -363,6 +365,10 @@ export class RedisProviderState implements ProviderState {
   /** Per key, with the key id as its Cluster hash tag: one key's windows share a node. */
   budgetKey(query: SpendQuery): string {
     return `${this.#prefix}budget:{${query.keyId}}:${query.startMs}`;
+  }
+
+  async claim(upstream: string, what: string, ttlMs: number): Promise<boolean> {
+    return (await this.#client.set(`${this.upstreamKey(upstream)}:claim:${what}`, '1', 'PX', ttlMs, 'NX')) === 'OK';
   }
 
   async close(): Promise<void> {}
