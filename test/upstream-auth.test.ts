@@ -69,22 +69,31 @@ test("the client's key is the call's credential, in place of the configured one"
   assert.ok(!JSON.stringify(upstream.requests[0]!.headers).includes(PROVIDER_SECRET));
 });
 
-test('an x_v2 upstream receives the key as a bearer token', { timeout: 10_000 }, async (t) => {
-  const token = 'AAAAAAAAAAAAAAAAAAAAAClientOwnToken%2Bxyz';
-  const upstream = await startUpstream(t, (req: IncomingMessage, res: ServerResponse) => {
-    if (req.headers.authorization !== `Bearer ${token}`) return json(401, { title: 'Unauthorized' })(req, res);
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(xFixtureText('user'));
-  });
-  const perch = await startPerch(
+/** perch in pass-through mode in front of one x_v2 upstream at `url`. */
+function xV2PassThrough(t: TestContext, url: string) {
+  return startPerch(
     t,
     `
 server: { host: 127.0.0.1, port: 0 }
 auth: { mode: upstream, default_plan: resale }
 rate_limits: { resale: { capacity: 100, refill_per_second: 100 } }
-upstreams: { x: { kind: x_v2, url: "${upstream.url}", timeout_ms: 2000 } }
+upstreams: { x: { kind: x_v2, url: "${url}", timeout_ms: 2000 } }
 `,
   );
+}
+
+function serveXUser(res: ServerResponse): void {
+  res.writeHead(200, { 'content-type': 'application/json' });
+  res.end(xFixtureText('user'));
+}
+
+test('an x_v2 upstream receives the key as a bearer token', { timeout: 10_000 }, async (t) => {
+  const token = 'AAAAAAAAAAAAAAAAAAAAAClientOwnToken%2Bxyz';
+  const upstream = await startUpstream(t, (req: IncomingMessage, res: ServerResponse) => {
+    if (req.headers.authorization !== `Bearer ${token}`) return json(401, { title: 'Unauthorized' })(req, res);
+    serveXUser(res);
+  });
+  const perch = await xV2PassThrough(t, upstream.url);
   assert.equal((await perch.request('/v1/users/2244994945', { key: token })).status, 200);
   assert.equal((await perch.request('/v1/users/2244994945', { key: 'not-the-token-0123456789' })).text, E401);
   assert.deepEqual(
@@ -100,18 +109,9 @@ test("pass-through: X's 403 for the client's own token is 401 E401, and perch's 
     if (req.headers.authorization === `Bearer ${forbidden}`) {
       return json(403, { title: 'Client Forbidden', type: 'https://api.twitter.com/2/problems/client-forbidden' })(req, res);
     }
-    res.writeHead(200, { 'content-type': 'application/json' });
-    res.end(xFixtureText('user'));
+    serveXUser(res);
   });
-  const perch = await startPerch(
-    t,
-    `
-server: { host: 127.0.0.1, port: 0 }
-auth: { mode: upstream, default_plan: resale }
-rate_limits: { resale: { capacity: 100, refill_per_second: 100 } }
-upstreams: { x: { kind: x_v2, url: "${upstream.url}", timeout_ms: 2000 } }
-`,
-  );
+  const perch = await xV2PassThrough(t, upstream.url);
   const refused = await perch.request('/v1/users/2244994945', { key: forbidden });
   assert.deepEqual([refused.status, refused.text], [401, E401]);
   // The same endpoint, the same user: another key is still asked, and served.
