@@ -48,3 +48,22 @@ test('a reload that changes a plan and moves a key to a new plan takes effect on
   }
   assert.deepEqual(statuses, [200, 200, 429]);
 });
+
+test('a reload restores a credential the provider revoked at once, without waiting for its recheck', { timeout: 10_000 }, async (t) => {
+  let revoked = true;
+  const upstream = await startUpstream(t, (req, res) => (revoked ? json(401, {}) : json(200, sampleUser('1', 'back')))(req, res));
+  const yaml = testConfig(v1('main', upstream.url, 'credentials: [{ id: only, headers: { X-Key: "upstrm-secret-only-0001" } }]'));
+  const perch = createPerch({ config: parseConfig(yaml, {}), logger: captureLogs().logger });
+  const { port } = await perch.listen();
+  t.after(() => perch.close());
+  const get = (path: string) => fetch(`http://127.0.0.1:${port}${path}`, { headers: { 'x-api-key': KEY } });
+
+  assert.equal((await get('/v1/users/1')).status, 502);
+  revoked = false;
+  // Out of the rotation: no call until the recheck, 300 s away.
+  assert.equal((await get('/v1/users/2')).status, 502);
+  assert.equal(upstream.requests.length, 1);
+  perch.reload(parseConfig(yaml, {}));
+  assert.equal((await get('/v1/users/3')).status, 200);
+  assert.equal(upstream.requests.length, 2);
+});
