@@ -8,7 +8,7 @@
 //   BENCH_WARMUP_S (2)           warm-up run per target before measuring (capped at the duration)
 //   BENCH_CONNECTIONS (64)       hit-path connections, also the cache-fill concurrency
 //   BENCH_MISS_CONNECTIONS (1)   miss-path connections (see scenarios/miss.mjs)
-//   BENCH_ONLY                   comma list of scenarios: hit,miss,economy,memory,redis-frozen,validate,quota,sick-upstream,fairness
+//   BENCH_ONLY                   comma list of scenarios: hit,bytes,miss,economy,memory,redis-frozen,validate,quota,sick-upstream,fairness,tracing
 //   BENCH_ECONOMY_REQUESTS (100000), BENCH_ECONOMY_KEYS (10000), BENCH_ZIPF_S (1.1), BENCH_SEED (6)
 //   BENCH_MEMORY_ENTRIES (100000), BENCH_MEMORY_PAGES (40000), BENCH_MEMORY_MAX_BYTES (134217728)
 //   BENCH_SERVER_CPU (0), BENCH_CLIENT_CPU (1)
@@ -27,6 +27,7 @@ import { nginxVersion } from './lib/nginx.mjs';
 import { evaluate, printTables, writeResults } from './lib/report.mjs';
 import { varnishVersion } from './lib/varnish.mjs';
 import { wrkVersion } from './lib/wrk.mjs';
+import { bytesScenario } from './scenarios/bytes.mjs';
 import { economyScenario } from './scenarios/economy.mjs';
 import { fairnessScenario } from './scenarios/fairness.mjs';
 import { hitScenario } from './scenarios/hit.mjs';
@@ -35,6 +36,7 @@ import { missScenario } from './scenarios/miss.mjs';
 import { quotaScenario } from './scenarios/quota.mjs';
 import { redisFrozenScenario } from './scenarios/redis-frozen.mjs';
 import { sickUpstreamScenario } from './scenarios/sick-upstream.mjs';
+import { tracingScenario } from './scenarios/tracing.mjs';
 import { validateScenario } from './scenarios/validate.mjs';
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
@@ -53,6 +55,7 @@ function num(name, fallback, { min = 0, integer = false } = {}) {
 
 const SCENARIOS = {
   hit: hitScenario,
+  bytes: bytesScenario,
   miss: missScenario,
   economy: economyScenario,
   memory: memoryScenario,
@@ -61,10 +64,11 @@ const SCENARIOS = {
   quota: quotaScenario,
   'sick-upstream': sickUpstreamScenario,
   fairness: fairnessScenario,
+  tracing: tracingScenario,
 };
 
 /** The scenarios whose figures wrk measures. */
-const LOAD_GENERATED = ['hit', 'miss', 'redis-frozen'];
+const LOAD_GENERATED = ['hit', 'bytes', 'miss', 'redis-frozen', 'tracing'];
 
 function readOptions() {
   const durationS = num('BENCH_DURATION_S', 10, { min: 1 });

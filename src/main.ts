@@ -60,7 +60,7 @@ async function main(): Promise<void> {
 async function serve(config: Config, configPath: string): Promise<void> {
   const logger = createLogger(config.log);
   logger.info({ version: PERCH_VERSION, node: process.version, config: configPath }, `perch ${PERCH_VERSION} starting`);
-  const perch = createPerch({ config, logger });
+  const perch = createPerch({ config, logger, env: process.env });
   const address = await perch.listen();
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const base = `${config.server.tls === undefined ? 'http' : 'https'}://${host}:${address.port}`;

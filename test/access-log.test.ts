@@ -23,6 +23,8 @@ const FIELDS: AccessFields = {
   key_id: 'alpha',
   remote: '127.0.0.1',
   user_agent: 'agent \u2028 with "quotes" and \u0001',
+  trace_id: '4bf92f3577b34da6a3ce929d0e0e4736',
+  span_id: '00f067aa0ba902b7',
 };
 
 /** A logger writing into memory, with the clock frozen so two lines can be compared whole. */

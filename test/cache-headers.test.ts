@@ -13,7 +13,7 @@ test('a keyed 200 is private to the key, fresh for the entry TTL left, and varie
   const miss = await perch.request('/v1/users/1');
   assert.equal(miss.status, 200);
   assert.equal(miss.headers.get('cache-control'), 'private, max-age=300');
-  assert.equal(miss.headers.get('vary'), 'X-API-Key');
+  assert.equal(miss.headers.get('vary'), 'X-API-Key, Accept-Encoding');
 
   clock.advance(100_400);
   const hit = await perch.request('/v1/users/1');
@@ -22,20 +22,20 @@ test('a keyed 200 is private to the key, fresh for the entry TTL left, and varie
   // longer than perch would.
   assert.equal(hit.headers.get('age'), '100');
   assert.equal(hit.headers.get('cache-control'), 'private, max-age=299');
-  assert.equal(hit.headers.get('vary'), 'X-API-Key');
+  assert.equal(hit.headers.get('vary'), 'X-API-Key, Accept-Encoding');
 
   clock.advance(210_000);
   const stale = await perch.request('/v1/users/1');
   assert.match(stale.headers.get('cache-status') ?? '', /fwd=stale/);
   assert.equal(stale.headers.get('cache-control'), 'private, max-age=0');
-  assert.equal(stale.headers.get('vary'), 'X-API-Key');
+  assert.equal(stale.headers.get('vary'), 'X-API-Key, Accept-Encoding');
 });
 
 test('an uncached 200 (TTL 0) is private with max-age=0', T, async (t) => {
   const perch = await startPerch(t, testConfig('demo: { kind: fixture }', 'cache: { ttl_seconds: { user: 0 } }'));
   const res = await perch.request('/v1/users/1');
   assert.equal(res.headers.get('cache-control'), 'private, max-age=0');
-  assert.equal(res.headers.get('vary'), 'X-API-Key');
+  assert.equal(res.headers.get('vary'), 'X-API-Key, Accept-Encoding');
 });
 
 test('every error perch answers is no-store, whatever produced it', T, async (t) => {

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
-import type { CacheEntry } from '../src/cache/entry.js';
+import { newEntry, type CacheEntry } from '../src/cache/entry.js';
 import { MemoryStore } from '../src/cache/memory-store.js';
 import { RedisStore } from '../src/cache/redis-store.js';
 import type { CacheStore } from '../src/cache/store.js';
@@ -39,7 +39,7 @@ const TIERS: Record<string, (t: TestContext) => Promise<OpenStore>> = {
 };
 
 function entry(body: Buffer | string, status: 200 | 404 = 200, ttlMs = 60_000): CacheEntry {
-  return { status, body: typeof body === 'string' ? Buffer.from(body) : body, storedAt: 1_767_225_600_123, ttlMs, generation: { all: 2, scope: 7 } };
+  return newEntry({ status, body: typeof body === 'string' ? Buffer.from(body) : body, storedAt: 1_767_225_600_123, ttlMs, generation: { all: 2, scope: 7 } });
 }
 
 for (const [tier, open] of Object.entries(TIERS)) {
@@ -52,13 +52,13 @@ for (const [tier, open] of Object.entries(TIERS)) {
 
   test(`${tier}: entries keep status, storedAt and ttl`, async (t) => {
     const { store } = await open(t);
-    const notFound: CacheEntry = {
+    const notFound = newEntry({
       status: 404,
       body: Buffer.from('{}'),
       storedAt: 1_767_225_601_999,
       ttlMs: 604_800_000,
       generation: { all: 4_294_967_295, scope: 0 },
-    };
+    });
     await store.set('/v1/tweets/7', notFound, 604_800_000);
     const got = await store.get('/v1/tweets/7');
     assert.equal(got?.status, 404);
@@ -100,17 +100,21 @@ for (const [tier, open] of Object.entries(TIERS)) {
   });
 }
 
-test('redis: values use the documented key and a 24-byte header before the raw body', async (t) => {
+test('redis: values use the documented key, a 29-byte header and the tag before the raw body', async (t) => {
   const redis = await startRedis(t);
   const client = createRedisClient({ url: redis.url, prefix: 'p:', command_timeout_ms: 1000 }, 'contract-test');
   t.after(() => client.disconnect());
   await new Promise((resolve) => client.once('ready', resolve));
   await new RedisStore(client, 'p:').set('/v1/users/1', entry('{"id":"1"}'), 60_000);
   const raw = await client.getBuffer('p:c:/v1/users/1');
-  assert.equal(raw?.length, 24 + 10);
-  assert.equal(raw?.subarray(24).toString(), '{"id":"1"}');
-  // Format version 2: the one with purge generations.
-  assert.equal(raw?.readUInt8(0), 2);
+  const tag = entry('{"id":"1"}').etag;
+  assert.equal(raw?.length, 29 + tag.length + 10);
+  // Format version 3: the one with the tag and a coding; identity (0) for an entry without variants.
+  assert.equal(raw?.readUInt8(0), 3);
+  assert.equal(raw?.readUInt8(1), 0);
+  assert.equal(raw?.readUInt32BE(24), 10);
+  assert.equal(raw?.toString('latin1', 29, 29 + raw.readUInt8(28)), tag);
+  assert.equal(raw?.subarray(29 + tag.length).toString(), '{"id":"1"}');
   const pttl = await client.pttl('p:c:/v1/users/1');
   assert.ok(pttl > 59_000 && pttl <= 60_000, `PX retention, got ${pttl}`);
 });

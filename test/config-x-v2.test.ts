@@ -26,12 +26,12 @@ function problems(settings: Record<string, unknown>): readonly string[] {
 }
 
 describe('parseConfig: x_v2 upstreams', { timeout: 10_000 }, () => {
-  it('applies the x_v2 defaults: X\'s origin, cool-down per endpoint, the v1 connection defaults', () => {
+  it('applies the x_v2 defaults: X\'s origin, cool-down per endpoint, the v1 connection defaults, no trace propagation', () => {
     const x = parseConfig(withX({ bearer_token: TOKEN }), {}).upstreams.x;
     assert.ok(x?.kind === 'x_v2');
     assert.deepEqual(
-      [x.url, x.cooldown_scope, x.credentials, x.timeout_ms, x.connections, x.max_body_bytes, x.retry_after_default_seconds, x.usage_cap_seconds],
-      ['https://api.twitter.com', 'endpoint', [{ id: 'default', headers: { Authorization: `Bearer ${TOKEN}` } }], 5000, 64, 8388608, 60, 86400],
+      [x.url, x.cooldown_scope, x.credentials, x.timeout_ms, x.connections, x.max_body_bytes, x.retry_after_default_seconds, x.usage_cap_seconds, x.propagate_trace],
+      ['https://api.twitter.com', 'endpoint', [{ id: 'default', headers: { Authorization: `Bearer ${TOKEN}` } }], 5000, 64, 8388608, 60, 86400, false],
     );
   });
 

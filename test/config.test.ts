@@ -105,6 +105,7 @@ describe('parseConfig: defaults and valid files', () => {
       cache: {
         memory: { max_bytes: 268435456 },
         ttl_seconds: { user: 300, user_by_username: 300, tweets: 60, replies: 60, following: 300, tweet: 600, not_found: 30 },
+        compression: { brotli: true, gzip: true, min_bytes: 1024 },
         stale_seconds: 600,
       },
       metrics: { path: '/metrics' },
@@ -122,6 +123,7 @@ describe('parseConfig: defaults and valid files', () => {
       connections: 64,
       max_body_bytes: 8388608,
       retry_after_default_seconds: 60,
+      propagate_trace: true,
       ...PROTECTION_DEFAULTS,
     });
   });
@@ -155,6 +157,7 @@ describe('parseConfig: defaults and valid files', () => {
       connections: 64,
       max_body_bytes: 8388608,
       retry_after_default_seconds: 60,
+      propagate_trace: true,
       ...PROTECTION_DEFAULTS,
     });
     assert.deepEqual(config.routes.tweet, ['main']);

@@ -16,6 +16,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ['config'],
   ['schemas', 'openapi'],
   ['logging'],
+  ['tracing'],
   ['redis'],
   ['upstream'],
   ['auth'],

@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { parseConfig } from '../src/config/load.js';
 import { createPerch } from '../src/app/perch.js';
 import { PERCH_VERSION } from '../src/version.js';
+import { newEntry } from '../src/cache/entry.js';
 import { captureLogs } from './helpers/log-capture.js';
 import { KEY, OTHER_KEY, startPerch, testConfig } from './helpers/perch.js';
 
@@ -58,7 +59,7 @@ test('perch_cache_evictions_total counts entries the memory tier dropped for spa
   const perch = createPerch({ config, logger: captureLogs().logger });
   const { port } = await perch.listen();
   t.after(() => perch.close());
-  const entry = { status: 200 as const, body: Buffer.alloc(300_000), storedAt: Date.now(), ttlMs: 60_000, generation: { all: 0, scope: 0 } };
+  const entry = newEntry({ status: 200, body: Buffer.alloc(300_000), storedAt: Date.now(), ttlMs: 60_000, generation: { all: 0, scope: 0 } });
   perch.cache.memory.set('/a', entry, 60_000);
   perch.cache.memory.delete('/a');
   assert.equal(sample(await scrape(`http://127.0.0.1:${port}`), 'perch_cache_evictions_total'), 0);

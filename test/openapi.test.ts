@@ -3,7 +3,8 @@ import { test } from 'node:test';
 import { compileErrors, validate } from '@readme/openapi-parser';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { OPENAPI_DOCUMENT } from '../src/openapi/document.js';
-import { startPerch, testConfig } from './helpers/perch.js';
+import { request } from 'undici';
+import { KEY, startPerch, testConfig } from './helpers/perch.js';
 
 interface Operation {
   responses: Record<string, { content: { 'application/json': { schema: object } } }>;
@@ -81,13 +82,15 @@ test('servers, license, every status perch sends, the rate-limit and cache heade
   const doc = (await perch.request('/openapi.json', { key: null })).json();
   assert.deepEqual(doc.servers, [{ url: '/', description: 'The perch instance serving this document' }]);
   assert.deepEqual(doc.info.license, { name: 'MIT', identifier: 'MIT' });
-  const statuses = ['200', '400', '401', '404', '405', '408', '417', '429', '431', '500', '502', '504'];
+  const statuses = ['200', '304', '400', '401', '404', '405', '408', '417', '429', '431', '500', '502', '504'];
   for (const [path, item] of Object.entries(doc.paths as Record<string, { get: { responses: Record<string, { headers: Record<string, unknown> }> } }>)) {
     const responses = item.get.responses;
     assert.deepEqual(Object.keys(responses).sort(), statuses, path);
-    for (const name of ['RateLimit', 'RateLimit-Policy', 'Cache-Status', 'X-Request-Id', 'x-rate-limit-reset']) {
+    for (const name of ['RateLimit', 'RateLimit-Policy', 'Cache-Status', 'X-Request-Id', 'x-rate-limit-reset', 'ETag', 'Last-Modified', 'Vary', 'Content-Encoding']) {
       assert.ok(name in responses['200']!.headers, `${path} 200 documents ${name}`);
     }
+    for (const name of ['RateLimit', 'Cache-Status', 'ETag', 'Last-Modified', 'Vary', 'Cache-Control']) assert.ok(name in responses['304']!.headers, `${path} 304 documents ${name}`);
+    assert.ok(!('content' in responses['304']!), `${path}: a 304 has no body`);
     assert.ok('Retry-After' in responses['429']!.headers, `${path} 429 documents Retry-After`);
     assert.ok('Allow' in responses['405']!.headers, `${path} 405 documents Allow`);
     assert.ok(!('RateLimit' in responses['401']!.headers), `${path}: a 401 carries no rate-limit headers`);
@@ -98,8 +101,18 @@ test('servers, license, every status perch sends, the rate-limit and cache heade
     assert.deepEqual(entities[kind].items.properties.indices.items, { type: 'integer', minimum: 0 }, kind);
   }
   // Every header a live 200 carries is documented on it (or is HTTP framing).
-  const live = await perch.request('/v1/users/1');
-  const documented = new Set(Object.keys(doc.paths['/v1/users/{user_id}'].get.responses['200'].headers).map((name) => name.toLowerCase()));
   const framing = new Set(['content-type', 'content-length', 'date', 'connection', 'keep-alive']);
-  for (const name of live.headers.keys()) assert.ok(documented.has(name) || framing.has(name), `${name} is not documented`);
+  const documentedOn = (status: string) => new Set(Object.keys(doc.paths['/v1/users/{user_id}/tweets'].get.responses[status].headers).map((name) => name.toLowerCase()));
+  const page = '/v1/users/1/tweets';
+  await perch.request(page);
+  // A compressed hit, and its 304 (raw: fetch would hide Content-Encoding once it inflated).
+  const compressed = await request(perch.url + page, { headers: { 'x-api-key': KEY, 'accept-encoding': 'gzip' } });
+  await compressed.body.dump();
+  assert.equal(compressed.headers['content-encoding'], 'gzip');
+  const revalidated = await request(perch.url + page, { headers: { 'x-api-key': KEY, 'if-none-match': '*' } });
+  await revalidated.body.dump();
+  assert.equal(revalidated.statusCode, 304);
+  for (const [status, live] of [['200', compressed], ['304', revalidated]] as const) {
+    for (const name of Object.keys(live.headers)) assert.ok(documentedOn(status).has(name) || framing.has(name), `${name} is not documented on ${status}`);
+  }
 });

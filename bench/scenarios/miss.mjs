@@ -26,7 +26,7 @@ export async function missScenario(ctx) {
   try {
     const upstream = await startUpstream(ctx);
     stops.push(upstream.proc);
-    const perch = await startPerch(ctx, 'perch-miss', { upstreamUrl: upstream.url, ttl: { tweets: 3600 } });
+    const perch = await startPerch(ctx, 'perch-miss', { upstreamUrl: upstream.url, ttl: { tweets: 3600 }, ...(process.env.BENCH_MISS_COMPRESSION ? { compression: process.env.BENCH_MISS_COMPRESSION } : {}) });
     stops.push(perch.proc);
     // The checks use ids outside every run's range (run numbers start at 0: `1000000...`).
     const probe = `${PREFIX}1999999000000000001${SUFFIX}`;

@@ -125,7 +125,7 @@ export async function collectStatus(sources: StatusSources): Promise<StatusSnaps
       return {
         id,
         requests: sum(mine),
-        hits: sum(mine.filter((s) => s.labels.cache === 'hit' || s.labels.cache === 'stale')),
+        hits: sum(mine.filter((s) => s.labels.cache === 'hit' || s.labels.cache === 'revalidated' || s.labels.cache === 'stale')),
         errors: sum(mine.filter((s) => Number(s.labels.status) >= 400)),
         rate_limited: sum(rateLimited.filter((s) => s.labels.key_id === id)),
         upstream_calls: sum(keyCalls.filter((s) => s.labels.key_id === id)),
@@ -156,7 +156,8 @@ const NOT_ERRORS = new Set(['ok', 'not_found', 'bad_request', 'rate_limited']);
 
 function endpointRow(endpoint: EndpointName, rows: readonly Sample[]): EndpointRow {
   const by = (outcome: string) => sum(rows.filter((s) => s.labels.cache === outcome));
-  const hits = by('hit');
+  // A 304 answered from the cache is a hit whose body the client already had.
+  const hits = by('hit') + by('revalidated');
   const stale = by('stale');
   const coalesced = by('coalesced');
   const misses = by('miss');

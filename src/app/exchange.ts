@@ -7,6 +7,8 @@ import { clip, loggedPath } from '../logging/access-log-fields.js';
 import { createAccessLog } from '../logging/access-log.js';
 import type { Logger } from '../logging/logger.js';
 import type { PerchMetrics } from '../metrics/metrics.js';
+import { endRequestSpan } from '../tracing/tracing.js';
+import type { TraceSpan } from '../tracing/trace-span.js';
 import { pushRateLimitHeaders } from '../ratelimit/headers.js';
 import type { Verdict } from '../ratelimit/token-bucket.js';
 import type { BudgetStanding } from '../upstream/budget-book.js';
@@ -32,11 +34,13 @@ export interface Exchange {
    * when the headers are written, so a miss's answer counts the call it made.
    */
   budget?: () => BudgetStanding;
+  /** The request's server span; absent when tracing is off. */
+  readonly trace?: TraceSpan;
 }
 
 /**
- * Writes what one exchange came to: the request metrics, the key's, and one access line, all
- * from the same fields, so the three always agree.
+ * Writes what one exchange came to: the request metrics, the key's, one access line and the end
+ * of its span, all from the same fields, so they always agree.
  */
 export function recorder(logger: Logger, metrics: PerchMetrics): (x: Exchange, status: number) => void {
   const accessLog = createAccessLog(logger);
@@ -60,7 +64,12 @@ export function recorder(logger: Logger, metrics: PerchMetrics): (x: Exchange, s
       key_id: x.client?.id ?? null,
       remote: x.req.socket.remoteAddress ?? null,
       user_agent: clip(x.req.headers['user-agent']),
+      trace_id: x.trace?.traceId ?? null,
+      span_id: x.trace?.spanId ?? null,
     });
+    if (x.trace !== undefined) {
+      endRequestSpan(x.trace, x.req.method, { route: x.route, status, cache: x.cache, keyId: x.client?.id, upstream: x.upstream });
+    }
   };
 }
 

@@ -12,6 +12,8 @@ import type { Logger } from '../logging/logger.js';
 import { PerchMetrics } from '../metrics/metrics.js';
 import { RateLimits } from '../ratelimit/rate-limits.js';
 import { systemTimers, type Timers } from '../timers.js';
+import { tracingSettings } from '../tracing/settings.js';
+import { createTracing } from '../tracing/tracing.js';
 import { BudgetBook } from '../upstream/budget-book.js';
 import { createProviderState } from '../upstream/guard/create-provider-state.js';
 import { createApiServer, createMetricsServer, drain } from '../server/listener.js';
@@ -32,6 +34,15 @@ export interface PerchOptions {
   readonly dispatchers?: Readonly<Record<string, Dispatcher>>;
   /** The upstream throttles' shedding draw, [0, 1); default Math.random. Tests fix it. */
   readonly random?: () => number;
+  /**
+   * Where the standard `OTEL_*` variables are read when the config has no `tracing` section;
+   * default none (the command passes the process's environment).
+   */
+  readonly env?: NodeJS.ProcessEnv;
+  /** How long a span waits in the export batch; default the SDK's 5000 ms. Tests shorten it. */
+  readonly traceExportDelayMs?: number;
+  /** Most spans in one export; default the SDK's 512. Tests set 1 to export span by span. */
+  readonly traceExportBatchSize?: number;
 }
 
 export interface Perch {
@@ -56,7 +67,8 @@ export interface Perch {
   reloadFailed(): void;
   /**
    * Stops accepting, lets in-flight requests finish within `server.shutdown_grace_ms`, closes
-   * the connections left, then releases upstream connections and Redis.
+   * the connections left, then releases upstream connections and Redis, and exports the spans
+   * still buffered, within what is left of the grace.
    */
   close(): Promise<void>;
 }
@@ -72,6 +84,8 @@ export function createPerch(options: PerchOptions): Perch {
   const rateLimits = new RateLimits(config, { clock, logger, ...(redis.limits === undefined ? {} : { redis: redis.limits }) });
   const providerState = createProviderState({ clock, logger, ...(redis.providerGuard === undefined ? {} : { redis: redis.providerGuard }) });
   const budgets = new BudgetBook(clock);
+  const settings = tracingSettings(config.tracing, options.env ?? {});
+  const tracing = settings === undefined ? undefined : createTracing(settings, { clock, logger, exportDelayMs: options.traceExportDelayMs, exportBatchSize: options.traceExportBatchSize });
   const runtime = new Runtime(config, { clock, timers, logger, metrics, providerState, dispatchers: options.dispatchers, random: options.random, budgets });
   const readThrough = new ReadThrough({
     live: runtime,
@@ -80,7 +94,7 @@ export function createPerch(options: PerchOptions): Perch {
     clock,
     logger,
   });
-  const handler = createRequestHandler({ live: runtime, cache: readThrough, rateLimits, budgets, logger, metrics });
+  const handler = createRequestHandler({ live: runtime, cache: readThrough, rateLimits, budgets, logger, metrics, tracing });
   metrics.addCacheTier(tiers.cache.memory);
   metrics.addEvictionCount(() => tiers.cache.memory.evictions);
   metrics.addBudgetGauges(() => budgets.all());
@@ -144,7 +158,13 @@ export function createPerch(options: PerchOptions): Perch {
       const deadline = performance.now() + grace;
       await Promise.all([drain(server, grace), metricsServer === undefined ? undefined : drain(metricsServer, grace)]);
       // Upstream exchanges still running past the grace period serve nobody now: not waited for.
-      await within(runtime.close(), deadline - performance.now());
+      // The spans buffered for export go out meanwhile, within the same grace.
+      await Promise.all([
+        within(runtime.close(), deadline - performance.now()),
+        tracing === undefined ? undefined : within(tracing.close(), deadline - performance.now()),
+      ]);
+      // Entries answered but not yet in Redis: the next instance to miss them would call again.
+      await within(tiers.cache.settled(), deadline - performance.now());
       tiers.cache.close();
       await redis.close();
     },

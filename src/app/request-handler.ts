@@ -9,8 +9,11 @@ import type { Logger } from '../logging/logger.js';
 import type { PerchMetrics } from '../metrics/metrics.js';
 import type { RateLimits } from '../ratelimit/rate-limits.js';
 import type { Verdict } from '../ratelimit/token-bucket.js';
+import type { Tracing } from '../tracing/tracing.js';
 import type { BudgetBook } from '../upstream/budget-book.js';
-import { pushCachePolicy, send, sendError } from '../server/respond.js';
+import { codingTag, negotiate } from '../server/accept-encoding.js';
+import { httpDate, notModified } from '../server/conditional.js';
+import { pushCachePolicy, send, sendError, sendNotModified } from '../server/respond.js';
 import { requestIdFrom } from '../server/request-id.js';
 import { matchRoute, type RouteMatch } from '../url-table.js';
 import { base, recorder, type Exchange } from './exchange.js';
@@ -32,6 +35,8 @@ export interface HandlerDeps {
   readonly budgets: BudgetBook;
   readonly logger: Logger;
   readonly metrics: PerchMetrics;
+  /** Absent: tracing is off, and a request costs nothing for it. */
+  readonly tracing?: Tracing;
 }
 
 /**
@@ -40,17 +45,19 @@ export interface HandlerDeps {
  * through `finish`, so every response is logged once with the same fields.
  */
 export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, res: ServerResponse) => void {
-  const { cache, rateLimits, logger, metrics } = deps;
+  const { cache, rateLimits, logger, metrics, tracing } = deps;
   const record = recorder(logger, metrics);
 
   return function handle(req, res) {
+    const requestId = requestIdFrom(req.headers['x-request-id']);
     const x: Exchange = {
       req,
       res,
       head: req.method === 'HEAD',
-      requestId: requestIdFrom(req.headers['x-request-id']),
+      requestId,
       started: performance.now(),
       cache: 'none',
+      trace: tracing?.request(req, requestId),
     };
     try {
       const pending = serve(x);
@@ -102,7 +109,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     // A memory hit is answered synchronously: no await on the hottest path.
     const served = hit ?? cache.hit(match.request.path, x.client!);
     if (served !== undefined) return respond(x, served);
-    return cache.fetch(match.request, x.client!).then((fetched) => respond(x, fetched));
+    return cache.fetch(match.request, x.client!, x.trace).then((fetched) => respond(x, fetched));
   }
 
   function respond(x: Exchange, served: Served): undefined {
@@ -112,10 +119,27 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     x.upstreamCall = served.upstreamCall;
     const own: HeaderList = served.ageSeconds === undefined ? ['cache-status', served.cacheStatus] : ['cache-status', served.cacheStatus, 'age', served.ageSeconds];
     const headers = base(x, own);
-    pushCachePolicy(headers, served.status, served.maxAgeSeconds);
+    const { compression } = deps.live.current.config.cache;
+    pushCachePolicy(headers, served.status, served.maxAgeSeconds, compression.brotli || compression.gzip);
     if (served.retryAfterSeconds !== undefined) headers.push('retry-after', served.retryAfterSeconds);
-    send(x.res, x.head, served.status, served.body, headers);
-    return finish(x, served.status);
+    const { entry } = served;
+    if (entry === undefined || served.status !== 200) {
+      send(x.res, x.head, served.status, served.body, headers);
+      return finish(x, served.status);
+    }
+    // A 200 the cache holds: the coding the client takes best, its own tag, and a 304 when the
+    // client's copy is that representation already.
+    const coding = negotiate(x.req.headers['accept-encoding'], entry.encoded);
+    const tag = codingTag(entry.etag, coding);
+    headers.push('etag', tag, 'last-modified', httpDate(entry.storedAt));
+    if (notModified(x.req.headers['if-none-match'], x.req.headers['if-modified-since'], tag, entry.storedAt)) {
+      if (x.cache === 'hit') x.cache = 'revalidated';
+      sendNotModified(x.res, headers);
+      return finish(x, 304);
+    }
+    if (coding !== undefined) headers.push('content-encoding', coding);
+    send(x.res, x.head, 200, coding === undefined ? entry.body : entry.encoded![coding]!, headers);
+    return finish(x, 200);
   }
 
   function fail(x: Exchange, code: ErrorCode, headers: HeaderList = [], message?: string): undefined {

@@ -59,8 +59,9 @@ const RESTART_ONLY: readonly ((c: Config) => unknown)[] = [
   (c) => c.rate_limits_redis,
   (c) => c.log.time,
   (c) => c.log.level_format,
+  (c) => c.tracing,
 ];
-const RESTART_ONLY_NAMES = ['server', 'metrics', 'cache.memory', 'cache.redis', 'rate_limits_redis', 'log.time', 'log.level_format'];
+const RESTART_ONLY_NAMES = ['server', 'metrics', 'cache.memory', 'cache.redis', 'rate_limits_redis', 'log.time', 'log.level_format', 'tracing'];
 
 /**
  * The holder the request path reads its configuration-derived state from. A reload builds a

@@ -1,4 +1,14 @@
+import { hash } from 'node:crypto';
 import type { Generation } from './generation.js';
+
+/** A body's content codings, made once when the entry is stored (cache/compression.ts). */
+export interface Encodings {
+  readonly br?: Buffer;
+  readonly gzip?: Buffer;
+}
+
+/** The content codings perch can serve, best first when a client accepts several equally. */
+export type ContentCoding = 'br' | 'gzip';
 
 /**
  * One cached response: the exact bytes perch sends, with what it needs to tell the client how
@@ -13,6 +23,27 @@ export interface CacheEntry {
   readonly ttlMs: number;
   /** The purge generations in force when its fetch started; older than known is absent. */
   readonly generation: Generation;
+  /**
+   * The strong validator of `body` (RFC 9110 8.8.3), quotes included: a digest of the bytes, so
+   * every instance and tier that holds the same response gives the same tag.
+   */
+  readonly etag: string;
+  /** `body` compressed; absent until made, and for bodies below `cache.compression.min_bytes`. */
+  readonly encoded?: Encodings;
+}
+
+/** An entry as a fetch produces it: its validator is derived here, once. */
+export function newEntry(fields: Omit<CacheEntry, 'etag' | 'encoded'>, encoded?: Encodings): CacheEntry {
+  const entry = { ...fields, etag: entityTag(fields.body) };
+  return encoded === undefined ? entry : { ...entry, encoded };
+}
+
+/**
+ * A strong entity tag of `body`: 132 bits of its SHA-256, base64url. A digest rather than a
+ * counter or a time, so it needs no coordination between instances and survives restarts.
+ */
+export function entityTag(body: Buffer): string {
+  return `"${hash('sha256', body, 'base64url').slice(0, 22)}"`;
 }
 
 export function isFresh(entry: CacheEntry, now: number): boolean {

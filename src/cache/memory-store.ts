@@ -4,12 +4,23 @@ import type { CacheEntry } from './entry.js';
 import type { CacheStore } from './store.js';
 
 /**
- * Bytes charged per entry beyond body and key: the entry object, the Buffer object and its
+ * Bytes charged per entry beyond its bodies (identity and compressed) and key: the entry object, the Buffer object and its
  * backing-store record, and lru-cache's slots. Measured at about 530 bytes of V8 heap per entry
  * (100k 1.5 KB entries, heap after a full GC), plus the backing store's own header; charging the
  * real cost is what keeps RSS proportional to `max_bytes` for small bodies such as cached 404s.
  */
 const ENTRY_OVERHEAD_BYTES = 640;
+/** Each compressed variant's Buffer object and backing-store record, by the same reckoning. */
+const VARIANT_OVERHEAD_BYTES = 160;
+
+/** What one entry costs `max_bytes`: every body it holds, its key (UTF-16) and the overheads. */
+export function entryBytes(entry: CacheEntry, key: string): number {
+  let bytes = entry.body.length + key.length * 2 + ENTRY_OVERHEAD_BYTES;
+  const { encoded } = entry;
+  if (encoded?.br !== undefined) bytes += encoded.br.length + VARIANT_OVERHEAD_BYTES;
+  if (encoded?.gzip !== undefined) bytes += encoded.gzip.length + VARIANT_OVERHEAD_BYTES;
+  return bytes;
+}
 
 export interface MemoryStoreOptions {
   readonly maxBytes: number;
@@ -25,7 +36,7 @@ export class MemoryStore implements CacheStore {
   constructor(options: MemoryStoreOptions) {
     this.#lru = new LRUCache<string, CacheEntry>({
       maxSize: options.maxBytes,
-      sizeCalculation: (entry, key) => entry.body.length + key.length * 2 + ENTRY_OVERHEAD_BYTES,
+      sizeCalculation: entryBytes,
       // Retention runs on the injected clock, so expiry is as testable as freshness.
       perf: { now: () => options.clock.now() },
       ttlAutopurge: false,
@@ -43,6 +54,11 @@ export class MemoryStore implements CacheStore {
 
   get(key: string): CacheEntry | undefined {
     return this.#lru.get(key);
+  }
+
+  /** The entry without touching its recency: for bookkeeping, not for serving. */
+  peek(key: string): CacheEntry | undefined {
+    return this.#lru.peek(key);
   }
 
   set(key: string, entry: CacheEntry, retainMs: number): void {

@@ -5,15 +5,17 @@ import { remainingTtlSeconds } from './entry.js';
  * How the cache took part in a response: one closed set that feeds the `Cache-Status` header,
  * the access log's `cache` field and the metrics' `cache` label, so the three always agree.
  * - `hit`: served from the cache, fresh.
+ * - `revalidated`: a fresh hit whose validators matched the client's (`If-None-Match`,
+ *   `If-Modified-Since`), answered `304 Not Modified` without a body.
  * - `miss`: this request went to the upstream.
  * - `coalesced`: this request waited for an identical in-flight upstream request (of this
  *   instance, or of another instance sharing Redis).
  * - `stale`: served past its TTL, within `cache.stale_seconds`, while a refresh runs.
  * - `none`: answered before the cache was consulted (bad key, bad route, bad parameter).
  */
-export type CacheOutcome = 'hit' | 'miss' | 'coalesced' | 'stale' | 'none';
+export type CacheOutcome = 'hit' | 'revalidated' | 'miss' | 'coalesced' | 'stale' | 'none';
 
-export const CACHE_OUTCOMES: readonly CacheOutcome[] = ['hit', 'miss', 'coalesced', 'stale', 'none'];
+export const CACHE_OUTCOMES: readonly CacheOutcome[] = ['hit', 'revalidated', 'miss', 'coalesced', 'stale', 'none'];
 
 /**
  * `Cache-Status` (RFC 9211) for a hit: remaining freshness as `ttl`; `detail=redis` when the

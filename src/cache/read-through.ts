@@ -4,16 +4,24 @@ import type { Clock } from '../clock.js';
 import type { Config } from '../config/types.js';
 import type { EndpointRequest } from '../endpoints.js';
 import type { Logger } from '../logging/logger.js';
+import type { TraceSpan } from '../tracing/trace-span.js';
 import { answerFor, errorAnswer, type UpstreamAnswer } from '../upstream/answer.js';
 import type { Payer } from '../upstream/upstream.js';
 import type { UpstreamSet } from '../upstream/upstream-set.js';
 import { Coalescer } from './coalescer.js';
 import { counterpart } from './cross-population.js';
-import { ageSeconds, remainingTtlSeconds, type CacheEntry } from './entry.js';
+import { ageSeconds, entityTag, remainingTtlSeconds, type CacheEntry } from './entry.js';
 import type { Generation } from './generation.js';
 import { forwardCacheStatus, hitCacheStatus, staleCacheStatus, type CacheOutcome } from './outcome.js';
 import type { SharedFlights } from './shared-flight.js';
-import type { TieredCache } from './tiered-cache.js';
+import type { Found, TieredCache } from './tiered-cache.js';
+
+/** A key to store an answer under, with its TTL and the purge generation its fetch began in. */
+interface StoreTarget {
+  readonly path: string;
+  readonly ttlSeconds: number;
+  readonly generation: Generation;
+}
 
 /** What a SIGHUP reload replaces, read per request through `current` and never kept. */
 export interface LiveState {
@@ -40,9 +48,14 @@ export interface ReadThroughDeps {
  * metrics from one place.
  */
 export interface Served {
-  readonly outcome: Exclude<CacheOutcome, 'none'>;
+  readonly outcome: Exclude<CacheOutcome, 'none' | 'revalidated'>;
   readonly status: number;
   readonly body: Buffer;
+  /**
+   * The cache entry behind a 200: the one served (hit, stale) or the one the answer was stored
+   * as (miss, coalesced). Its tag, date and compressed variants serve the response.
+   */
+  readonly entry?: CacheEntry;
   /** The `Cache-Status` header (RFC 9211). */
   readonly cacheStatus: string;
   /** The `Age` header, whole seconds; absent for an answer fetched now. */
@@ -69,6 +82,10 @@ interface Fetched extends UpstreamAnswer {
   readonly upstreamMs?: number;
   /** Whether the provider was really called for it (an exchange, not only refusals). */
   readonly called?: boolean;
+  /** What the answer was stored as; absent when it was not stored. */
+  readonly entry?: CacheEntry;
+  /** Resolves when the variants are made and Redis has the entry (or gave up). */
+  readonly settled?: Promise<void>;
 }
 
 /**
@@ -92,23 +109,26 @@ export class ReadThrough {
     return found?.fresh === true ? this.#hit(found.entry, 'memory') : undefined;
   }
 
-  /** Everything after a memory miss: Redis, a stale entry while one refresh runs, or a fetch. */
-  async fetch(request: EndpointRequest, client: Client): Promise<Served> {
+  /**
+   * Everything after a memory miss: Redis, a stale entry while one refresh runs, or a fetch.
+   * `trace`: the request's span; a flight's spans hang under its leader's.
+   */
+  async fetch(request: EndpointRequest, client: Client, trace?: TraceSpan): Promise<Served> {
     const { cache } = this.#deps;
     const { config } = this.#deps.live.current;
     const verified = this.#trusted(client);
     const local = verified ? cache.local(request.path) : undefined;
     if (local?.fresh === true) return this.#hit(local.entry, 'memory');
     let stale = local?.entry;
-    const remote = verified ? await cache.remote(request.path) : undefined;
+    const remote = verified ? await this.#remote(request.path, trace) : undefined;
     if (remote?.fresh === true) return this.#hit(remote.entry, 'redis');
     if (remote !== undefined && (stale === undefined || remote.entry.storedAt > stale.storedAt)) stale = remote.entry;
-    if (stale !== undefined) return this.#revalidate(request, client, stale);
+    if (stale !== undefined) return this.#revalidate(request, client, stale, trace);
 
     // Pass-through: one flight per key, so a key never receives the answer to another key's call.
     const pass = passThrough(client);
     const payer = this.#payerOf(client);
-    const flight = this.#flights.run(pass === undefined ? request.path : `${pass.digest}\n${request.path}`, () => this.#fetchFor(request, pass, payer));
+    const flight = this.#flights.run(pass === undefined ? request.path : `${pass.digest}\n${request.path}`, () => this.#fetchFor(request, pass, payer, trace));
     const fetched = await flight.promise;
     // No upstream: another instance fetched it, and this flight read the result from Redis.
     const viaRedis = fetched.upstream === undefined;
@@ -117,6 +137,7 @@ export class ReadThrough {
       outcome,
       status: fetched.status,
       body: fetched.body,
+      ...(fetched.entry?.status === 200 ? { entry: fetched.entry } : {}),
       cacheStatus: forwardCacheStatus(outcome, fetched.stored, viaRedis),
       maxAgeSeconds: fetched.stored ? config.cache.ttl_seconds[request.endpoint] : 0,
       ...(fetched.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: fetched.retryAfterSeconds }),
@@ -132,6 +153,7 @@ export class ReadThrough {
       outcome: 'hit',
       status: entry.status,
       body: entry.body,
+      entry,
       cacheStatus: hitCacheStatus(entry, now, tier),
       ageSeconds: age,
       maxAgeSeconds: age + remainingTtlSeconds(entry, now),
@@ -143,21 +165,21 @@ export class ReadThrough {
    * entry at once, one refresh runs behind it, and a refresh that fails (error, timeout, 429)
    * stores nothing, so the stale entry keeps being served until its retention ends.
    */
-  #revalidate(request: EndpointRequest, client: Client, entry: CacheEntry): Served {
-    this.#flights.run(request.path, () => this.#fetchAndStore(request, passThrough(client), this.#payerOf(client))).promise.catch((error: unknown) => {
+  #revalidate(request: EndpointRequest, client: Client, entry: CacheEntry, trace: TraceSpan | undefined): Served {
+    this.#flights.run(request.path, () => this.#fetchAndStore(request, passThrough(client), this.#payerOf(client), trace)).promise.catch((error: unknown) => {
       this.#deps.logger.error({ err: error, route: request.endpoint }, 'background refresh failed');
     });
     const now = this.#deps.clock.now();
-    return { outcome: 'stale', status: entry.status, body: entry.body, cacheStatus: staleCacheStatus(entry, now), ageSeconds: ageSeconds(entry, now), maxAgeSeconds: 0 };
+    return { outcome: 'stale', status: entry.status, body: entry.body, entry, cacheStatus: staleCacheStatus(entry, now), ageSeconds: ageSeconds(entry, now), maxAgeSeconds: 0 };
   }
 
   /**
    * Pass-through auth: the call of a key the provider has not accepted lately is its own
    * verifying call (upstream-verifier.ts), never another instance's result read from Redis.
    */
-  async #fetchFor(request: EndpointRequest, client: PassThroughClient | undefined, payer: Payer): Promise<Fetched> {
-    if (client === undefined || this.#trusted(client)) return this.#fetchAndStore(request, client, payer);
-    const verifying = this.#deps.live.current.verifier?.verifying(client, () => this.#fetchUpstream(request, payer, client));
+  async #fetchFor(request: EndpointRequest, client: PassThroughClient | undefined, payer: Payer, trace: TraceSpan | undefined): Promise<Fetched> {
+    if (client === undefined || this.#trusted(client)) return this.#fetchAndStore(request, client, payer, trace);
+    const verifying = this.#deps.live.current.verifier?.verifying(client, () => this.#fetchUpstream(request, payer, trace, client));
     return (await verifying) ?? { ...errorAnswer('E401'), stored: false };
   }
 
@@ -166,25 +188,28 @@ export class ReadThrough {
    * Redis, another instance may already be fetching the same key: then its result is used.
    * `client`: pass-through auth, whose key is the call's credential.
    */
-  async #fetchAndStore(request: EndpointRequest, client: PassThroughClient | undefined, payer: Payer): Promise<Fetched> {
+  async #fetchAndStore(request: EndpointRequest, client: PassThroughClient | undefined, payer: Payer, trace: TraceSpan | undefined): Promise<Fetched> {
     const { sharedFlights } = this.#deps;
     const claim = sharedFlights === undefined ? undefined : await sharedFlights.claim(request.endpoint, request.path);
-    if (claim?.kind === 'entry') return { status: claim.entry.status, body: claim.entry.body, stored: false };
+    if (claim?.kind === 'entry') return { status: claim.entry.status, body: claim.entry.body, entry: claim.entry, stored: false };
+    let settled: Promise<void> | undefined;
     try {
-      return await this.#fetchUpstream(request, payer, client);
+      const fetched = await this.#fetchUpstream(request, payer, trace, client);
+      settled = fetched.settled;
+      return fetched;
     } finally {
-      // After the store above completed, so a waiting instance finds the entry, not a free lease.
-      claim?.release();
+      // Once Redis has the entry, so a waiting instance finds it, not a free lease.
+      if (claim !== undefined) void (settled ?? Promise.resolve()).then(claim.release);
     }
   }
 
-  async #fetchUpstream(request: EndpointRequest, payer: Payer, client?: PassThroughClient): Promise<Fetched> {
+  async #fetchUpstream(request: EndpointRequest, payer: Payer, trace: TraceSpan | undefined, client?: PassThroughClient): Promise<Fetched> {
     const { cache, clock, logger } = this.#deps;
     const { config, upstreams, verifier } = this.#deps.live.current;
     const ttl = config.cache.ttl_seconds;
     // Before the fetch: a purge observed while it runs must keep its response out of the cache.
     const stamp = cache.generations.stamp(request.path);
-    const { result, upstream, ms, called } = await upstreams.fetch(request, client && { id: client.id, key: client.key }, payer);
+    const { result, upstream, ms, called } = await upstreams.fetch(request, client && { id: client.id, key: client.key }, payer, trace);
     const via = { upstream, upstreamMs: ms, called };
     if (client !== undefined) verifier?.judge(client, result);
     // The pool logs a rejected credential and a stop once; every request they turn away need not be.
@@ -195,20 +220,45 @@ export class ReadThrough {
     }
     const answer = answerFor(request.endpoint, result, clock.now(), client !== undefined);
     if (answer.ttl === undefined) return { ...answer, stored: false, ...via };
-    if (answer.ttl === 'not_found') return { ...answer, stored: await this.#store(request, 404, answer.body, ttl.not_found, stamp), ...via };
+    if (answer.ttl === 'not_found') return { ...answer, ...this.#store(404, answer.body, [{ path: request.path, ttlSeconds: ttl.not_found, generation: stamp }]), ...via };
     // Cross-population: a user's 200 also answers the other user route.
     const twin = counterpart(request.endpoint, answer.body);
     const twinGeneration = twin && cache.generations.restamp(stamp, twin.path);
-    const [stored] = await Promise.all([
-      this.#store(request, 200, answer.body, ttl[request.endpoint], stamp),
-      twin && twinGeneration && this.#store(twin, 200, answer.body, ttl[twin.endpoint], twinGeneration),
-    ]);
-    return { ...answer, stored, ...via };
+    const targets: StoreTarget[] = [{ path: request.path, ttlSeconds: ttl[request.endpoint], generation: stamp }];
+    if (twin !== undefined && twinGeneration !== undefined) targets.push({ path: twin.path, ttlSeconds: ttl[twin.endpoint], generation: twinGeneration });
+    return { ...answer, ...this.#store(200, answer.body, targets), ...via };
   }
 
-  async #store(request: EndpointRequest, status: 200 | 404, body: Buffer, ttlSeconds: number, generation: Generation): Promise<boolean> {
-    if (ttlSeconds <= 0) return false;
-    return this.#deps.cache.store(request.path, { status, body, storedAt: this.#deps.clock.now(), ttlMs: ttlSeconds * 1000, generation });
+  /** The Redis lookup of a memory miss, in a span of its own when the request is traced and there is a Redis. */
+  async #remote(path: string, trace: TraceSpan | undefined): Promise<Found | undefined> {
+    const { cache } = this.#deps;
+    if (trace === undefined || !cache.shared) return cache.remote(path);
+    const span = trace.child('cache redis lookup', 'client', { 'db.system.name': 'redis', 'db.operation.name': 'GET' });
+    try {
+      const found = await cache.remote(path);
+      span.set('perch.cache.found', found === undefined ? 'none' : found.fresh ? 'fresh' : 'stale');
+      return found;
+    } finally {
+      span.end();
+    }
+  }
+
+  /**
+   * Stores one answer under each target with a TTL: memory at once, compression and Redis behind
+   * the answer (tiered-cache.ts). `stored` and `entry` are the first target's, the request's own.
+   */
+  #store(status: 200 | 404, body: Buffer, targets: readonly StoreTarget[]): Pick<Fetched, 'stored' | 'entry' | 'settled'> {
+    const { cache, clock, live, logger } = this.#deps;
+    const storedAt = clock.now();
+    const etag = entityTag(body);
+    const writes = targets
+      .filter((target) => target.ttlSeconds > 0)
+      .map((target) => ({ key: target.path, entry: { status, body, storedAt, ttlMs: target.ttlSeconds * 1000, generation: target.generation, etag } }));
+    if (writes.length === 0) return { stored: false };
+    const { accepted, settled } = cache.store(writes, live.current.config.cache.compression);
+    const tracked = settled.catch((error: unknown) => logger.error({ err: error, path: writes[0]!.key }, 'storing a cache entry failed'));
+    const own = writes[0]!.key === targets[0]!.path && accepted[0] === true;
+    return own ? { stored: true, entry: writes[0]!.entry, settled: tracked } : { stored: false, settled: tracked };
   }
 
   /**

@@ -1,53 +1,109 @@
 import type { RedisClient } from '../redis/redis-client.js';
 import { ownedBytes } from '../bytes.js';
-import type { CacheEntry } from './entry.js';
+import { decode } from './compression.js';
+import { newEntry, type CacheEntry, type ContentCoding } from './entry.js';
 import type { CacheStore } from './store.js';
 
 /**
- * Layout of a stored value: a fixed 24-byte header, then the response bytes untouched. A binary
- * header rather than JSON keeps bodies byte-exact (no UTF-8 round trip) and costs no parsing.
+ * Layout of a stored value: a binary header, then the response bytes untouched. A binary header
+ * rather than JSON keeps bodies byte-exact (no UTF-8 round trip) and costs no parsing.
  *   0  u8   format version (a changed layout must not be misread by an older instance)
- *   1  u8   reserved
+ *   1  u8   coding of the payload: 0 identity, 1 gzip, 2 br
  *   2  u16  status
  *   4  f64  storedAt (ms since the epoch)
  *   12 u32  ttlMs (the largest TTL, 7 days, fits)
  *   16 u32  generation.all   (purge counters; 4 billion purges of one scope are out of reach)
  *   20 u32  generation.scope
+ *   24 u32  length of the identity body
+ *   28 u8   length n of the entity tag
+ *   29 n    the entity tag, ASCII, quotes included
+ *   29+n    the payload
+ * One variant travels, gzip when there is one: every client that takes a compressed body takes
+ * gzip, so an instance filled from Redis serves all of them compressed without compressing, and
+ * inflates it once for identity clients. Brotli alone would leave gzip-only clients with the
+ * identity body; all three would more than double what Redis holds and ships.
  * The generations travel in the value rather than in the key (`<gen>|<path>`): one key per path
  * means the first write after a purge replaces the purged value instead of leaving it as
  * unreachable garbage until its PX ends (after `all`, the whole cache twice over), the
  * cross-instance lease stays per path, and an instance that has not yet heard of a purge still
- * finds the entries written after it. Version 1 (no generations) reads as a miss.
+ * finds the entries written after it.
+ * Version 2 (identity only, 24-byte header, no tag) is still read, so a rolling upgrade serves
+ * the entries the older instances write; version 1 (no generations) and anything unknown read
+ * as a miss. Older instances read version 3 as a miss.
  */
-const FORMAT_VERSION = 2;
-const HEADER_BYTES = 24;
+const FORMAT_VERSION = 3;
+const HEADER_BYTES = 29;
+const V2 = 2;
+const V2_HEADER_BYTES = 24;
+const CODINGS: readonly (ContentCoding | undefined)[] = [undefined, 'gzip', 'br'];
 
 export function encodeEntry(entry: CacheEntry): Buffer {
-  const value = Buffer.allocUnsafe(HEADER_BYTES + entry.body.length);
+  const coding: ContentCoding | undefined = entry.encoded?.gzip !== undefined ? 'gzip' : entry.encoded?.br !== undefined ? 'br' : undefined;
+  const payload = coding === undefined ? entry.body : entry.encoded![coding]!;
+  const tagBytes = Buffer.byteLength(entry.etag, 'latin1');
+  const start = HEADER_BYTES + tagBytes;
+  const value = Buffer.allocUnsafe(start + payload.length);
   value.writeUInt8(FORMAT_VERSION, 0);
-  value.writeUInt8(0, 1);
+  value.writeUInt8(CODINGS.indexOf(coding), 1);
   value.writeUInt16BE(entry.status, 2);
   value.writeDoubleBE(entry.storedAt, 4);
   value.writeUInt32BE(entry.ttlMs, 12);
   value.writeUInt32BE(entry.generation.all, 16);
   value.writeUInt32BE(entry.generation.scope, 20);
-  entry.body.copy(value, HEADER_BYTES);
+  value.writeUInt32BE(entry.body.length, 24);
+  value.writeUInt8(tagBytes, 28);
+  value.write(entry.etag, HEADER_BYTES, 'latin1');
+  payload.copy(value, start);
   return value;
 }
 
-/** undefined for a value this version cannot read: it is then a miss, not an error. */
-export function decodeEntry(value: Buffer): CacheEntry | undefined {
+/**
+ * undefined for a value this version cannot read, or whose payload does not inflate to what its
+ * header says: it is then a miss, not an error, and never served.
+ */
+export async function decodeEntry(value: Buffer): Promise<CacheEntry | undefined> {
+  if (value.length >= V2_HEADER_BYTES && value.readUInt8(0) === V2) return decodeV2(value);
   if (value.length < HEADER_BYTES || value.readUInt8(0) !== FORMAT_VERSION) return undefined;
   const status = value.readUInt16BE(2);
-  if (status !== 200 && status !== 404) return undefined;
+  const codingIndex = value.readUInt8(1);
+  const start = HEADER_BYTES + value.readUInt8(28);
+  if ((status !== 200 && status !== 404) || codingIndex >= CODINGS.length || start > value.length) return undefined;
+  const coding = CODINGS[codingIndex];
+  const length = value.readUInt32BE(24);
+  // A copy, so the entry does not pin whatever larger buffer the reply was parsed from.
+  const payload = ownedBytes([value.subarray(start)], value.length - start);
+  let body = payload;
+  if (coding !== undefined) {
+    try {
+      body = await decode(coding, payload, length);
+    } catch {
+      return undefined;
+    }
+  } else if (payload.length !== length) {
+    return undefined;
+  }
   return {
+    status,
+    body,
+    storedAt: value.readDoubleBE(4),
+    ttlMs: value.readUInt32BE(12),
+    generation: { all: value.readUInt32BE(16), scope: value.readUInt32BE(20) },
+    etag: value.toString('latin1', HEADER_BYTES, start),
+    ...(coding === undefined ? {} : { encoded: { [coding]: payload } }),
+  };
+}
+
+/** The layout before compression: the same first 24 bytes, then the identity body. */
+function decodeV2(value: Buffer): CacheEntry | undefined {
+  const status = value.readUInt16BE(2);
+  if (status !== 200 && status !== 404) return undefined;
+  return newEntry({
     status,
     storedAt: value.readDoubleBE(4),
     ttlMs: value.readUInt32BE(12),
     generation: { all: value.readUInt32BE(16), scope: value.readUInt32BE(20) },
-    // A copy, so the entry does not pin whatever larger buffer the reply was parsed from.
-    body: ownedBytes([value.subarray(HEADER_BYTES)], value.length - HEADER_BYTES),
-  };
+    body: ownedBytes([value.subarray(V2_HEADER_BYTES)], value.length - V2_HEADER_BYTES),
+  });
 }
 
 /**
@@ -67,7 +123,7 @@ export class RedisStore implements CacheStore {
 
   async get(key: string): Promise<CacheEntry | undefined> {
     const value = await this.#client.getBuffer(this.redisKey(key));
-    return value === null ? undefined : decodeEntry(value);
+    return value === null ? undefined : await decodeEntry(value);
   }
 
   async set(key: string, entry: CacheEntry, retainMs: number): Promise<void> {

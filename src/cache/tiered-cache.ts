@@ -1,6 +1,8 @@
 import type { Clock } from '../clock.js';
 import type { BreakerState } from '../redis/breaker.js';
 import type { GuardedRedis, RedisCallStats } from '../redis/guarded-redis.js';
+import type { CompressionConfig } from '../config/types.js';
+import { compressible, encode } from './compression.js';
 import { isFresh, type CacheEntry } from './entry.js';
 import type { Generations, PurgeTarget } from './generations.js';
 import type { MemoryStore } from './memory-store.js';
@@ -15,6 +17,19 @@ export interface TieredCacheOptions {
   readonly clock: Clock;
   /** How long past its TTL an entry is kept to serve stale (while revalidating, or on error). */
   readonly staleMs: number;
+}
+
+/** One key to store a response under. */
+export interface CacheWrite {
+  readonly key: string;
+  readonly entry: CacheEntry;
+}
+
+export interface StoreResult {
+  /** Per write, whether memory took it (false: a purge of its scope since its fetch began). */
+  readonly accepted: readonly boolean[];
+  /** Resolves when the variants are made and Redis has the entries or gave up; never rejects. */
+  readonly settled: Promise<void>;
 }
 
 /** A retained entry and whether it is still fresh. */
@@ -35,6 +50,7 @@ export class TieredCache {
   readonly #redis: TieredCacheOptions['redis'];
   readonly #clock: Clock;
   readonly #staleMs: number;
+  readonly #pending = new Set<Promise<void>>();
 
   constructor(options: TieredCacheOptions) {
     this.memory = options.memory;
@@ -84,17 +100,46 @@ export class TieredCache {
   }
 
   /**
-   * Writes both tiers; resolves once Redis has the entry or gave up (never rejects). False when
-   * a purge of the key's scope was observed since the entry's fetch started: the response may
-   * predate the purge, so it is not stored.
+   * Stores one response under each key of `writes` (a user under both of its routes): memory
+   * now, then its compressed variants and Redis behind the answer. A write whose key saw a purge
+   * since its fetch started is dropped (`accepted` false): the response may predate the purge.
+   * `settled` resolves once the variants are made and Redis has the entries or gave up; it never
+   * rejects. The client is answered without waiting for either: compression and a Redis round
+   * trip would otherwise be on every miss's critical path.
    */
-  async store(key: string, entry: CacheEntry): Promise<boolean> {
-    if (!this.generations.accepts(key, entry.generation)) return false;
-    const retainMs = entry.ttlMs + this.#staleMs;
-    this.memory.set(key, entry, retainMs);
+  store(writes: readonly CacheWrite[], compression: CompressionConfig): StoreResult {
+    const accepted = writes.map((w) => this.generations.accepts(w.key, w.entry.generation));
+    const kept = writes.filter((_, i) => accepted[i]);
+    for (const { key, entry } of kept) this.memory.set(key, entry, this.#retainUntil(entry) - this.#clock.now());
+    if (kept.length === 0) return { accepted, settled: Promise.resolve() };
+    const settled = this.#publish(kept, compression);
+    this.#pending.add(settled);
+    void settled.finally(() => this.#pending.delete(settled));
+    return { accepted, settled };
+  }
+
+  /** Resolves once every store begun so far has settled (its variants made, Redis written). */
+  async settled(): Promise<void> {
+    await Promise.all(this.#pending);
+  }
+
+  /**
+   * The variants, made once for all keys (they share one body), replace the memory entries
+   * unless something newer did meanwhile; then Redis gets the compressed form.
+   */
+  async #publish(writes: readonly CacheWrite[], compression: CompressionConfig): Promise<void> {
+    const body = writes[0]!.entry.body;
+    const encoded = compressible(body, compression) ? await encode(body, compression) : undefined;
     const redis = this.#redis;
-    if (redis !== undefined) await redis.guard.run('set', redis.store.redisKey(key), () => redis.store.set(key, entry, retainMs));
-    return true;
+    await Promise.all(
+      writes.map(async ({ key, entry }) => {
+        const full = encoded === undefined || (encoded.br === undefined && encoded.gzip === undefined) ? entry : { ...entry, encoded };
+        const retainMs = this.#retainUntil(entry) - this.#clock.now();
+        if (retainMs <= 0) return;
+        if (full !== entry && this.memory.peek(key) === entry) this.memory.set(key, full, retainMs);
+        if (redis !== undefined) await redis.guard.run('set', redis.store.redisKey(key), () => redis.store.set(key, full, retainMs));
+      }),
+    );
   }
 
   /**

@@ -124,7 +124,7 @@ function bearer(problems: Problems, token: string, at: string): Record<string, s
 }
 
 /** Header values are usually provider keys, so messages about them name the path only. */
-function checkHeaders(problems: Problems, headers: Readonly<Record<string, unknown>> | undefined, path: string): Record<string, string> {
+export function checkHeaders(problems: Problems, headers: Readonly<Record<string, unknown>> | undefined, path: string): Record<string, string> {
   if (headers === undefined) return {};
   const seen = new Map<string, string>();
   for (const [name, value] of Object.entries(headers)) {

@@ -2,6 +2,7 @@ import { ENDPOINT_NAMES, type EndpointName } from '../endpoints.js';
 import { OPERATIONAL_PATHS } from '../url-table.js';
 import { resolveKeys, type SecretsSeen } from './rules-keys.js';
 import { checkRedis } from './rules-redis.js';
+import { checkTracing } from './rules-tracing.js';
 import { resolveUpstream } from './rules-upstreams.js';
 import type { FileConfig } from './schema.js';
 import { childPath, field, indexPath, isMapping, type Problems } from './schema-helpers.js';
@@ -41,6 +42,7 @@ export function applyRules(problems: Problems, file: FileConfig, raw: Record<str
   if (file.cache.redis !== undefined) checkRedis(problems, file.cache.redis, 'cache.redis');
   if (file.rate_limits_redis !== undefined) checkRedis(problems, file.rate_limits_redis, 'rate_limits_redis');
   checkMetricsPath(problems, file.metrics.path);
+  if (file.tracing !== undefined) checkTracing(problems, file.tracing);
 
   const { admin: _admin, ...sections } = file;
   return {

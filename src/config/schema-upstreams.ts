@@ -160,6 +160,7 @@ const v1 = obj(
       'upstream',
       'what a 429 stops: the credential on every endpoint (`upstream`), or only on the endpoint that drew it (`endpoint`, for per-endpoint limits such as X\'s)',
     ),
+    propagate_trace: bool({ default: true, doc: 'send `traceparent` and `tracestate` with each call, so the provider\'s own spans join the trace (see [Tracing](#tracing))' }),
     ...HTTP,
   },
   { doc: 'an HTTP provider that speaks this same interface' },
@@ -199,6 +200,7 @@ const xV2 = obj(
       'endpoint',
       "what an X 429 stops: that credential's calls to that endpoint, since X's windows are per endpoint and per token (`upstream`: all its endpoints)",
     ),
+    propagate_trace: bool({ default: false, doc: 'send `traceparent` and `tracestate` to X; off by default, so perch never hands its trace ids to a third party unless asked (see [Tracing](#tracing))' }),
     ...HTTP,
   },
   { doc: 'the X API v2 behind the interface' },
@@ -231,7 +233,10 @@ export type XV2UpstreamConfig = Resolved<Extract<FileUpstream, { kind: 'x_v2' }>
 export type FixtureUpstreamConfig = Extract<FileUpstream, { kind: 'fixture' }>;
 export type UpstreamConfig = V1UpstreamConfig | XV2UpstreamConfig | FixtureUpstreamConfig;
 /** How perch protects a provider account: the keys both HTTP kinds share but the connection's. */
-export type ProviderProtectionConfig = Omit<V1UpstreamConfig, 'kind' | 'url' | 'credentials' | 'timeout_ms' | 'connections' | 'max_body_bytes' | 'retry_after_default_seconds'>;
+export type ProviderProtectionConfig = Omit<
+  V1UpstreamConfig,
+  'kind' | 'url' | 'credentials' | 'timeout_ms' | 'connections' | 'max_body_bytes' | 'retry_after_default_seconds' | 'propagate_trace'
+>;
 export type QuotaConfig = Infer<typeof quota>;
 export type BreakerConfig = Infer<typeof breaker>;
 export type ThrottleConfig = Infer<typeof throttle>;

@@ -1,5 +1,5 @@
 import { ENDPOINT_NAMES } from '../endpoints.js';
-import { bool, int, list, num, obj, record, str, strList, type Infer } from './dsl.js';
+import { bool, int, list, map, num, obj, record, str, strList, type Infer } from './dsl.js';
 import { NAME_PATTERN } from './schema-helpers.js';
 import { UPSTREAM, UPSTREAM_NAME } from './schema-upstreams.js';
 
@@ -203,6 +203,22 @@ const cache = obj(
       } as Record<(typeof ENDPOINT_NAMES)[number] | 'not_found', ReturnType<typeof ttlSeconds>>,
       { doc: 'freshness per endpoint', section: true, unknown: `keys are ${[...ENDPOINT_NAMES, 'not_found'].join(', ')}` },
     ),
+    compression: obj(
+      {
+        brotli: bool({ default: true, doc: 'keep a brotli variant (quality 4) of each stored body, for clients whose `Accept-Encoding` takes `br`' }),
+        gzip: bool({ default: true, doc: 'keep a gzip variant (level 6) of each stored body, for clients whose `Accept-Encoding` takes `gzip`' }),
+        min_bytes: int({
+          min: 0,
+          max: 1_073_741_824,
+          default: 1024,
+          doc: 'smallest body compressed, in bytes; smaller bodies are stored and sent as they are (see [Compression and revalidation](#compression-and-revalidation))',
+        }),
+      },
+      {
+        doc: 'compressed variants, made once when an entry is stored and never on a hit; `brotli: false` and `gzip: false` turn compression off',
+        section: true,
+      },
+    ),
     stale_seconds: int({
       min: 0,
       max: 86_400,
@@ -237,6 +253,28 @@ const log = obj(
     level_format: str({ enum: ['number', 'label'] as const, default: 'number', doc: 'the `level` field: `number` (`30`) or `label` (`"info"`); see [Logs](#logs)' }),
   },
   { doc: 'the JSON log', section: true },
+);
+
+const tracing = obj(
+  {
+    endpoint: str({
+      required: true,
+      readme: 'required with `tracing`',
+      doc: "the OTLP/HTTP collector's base URL, as in `OTEL_EXPORTER_OTLP_ENDPOINT` (e.g. `http://otel-collector:4318`): spans are posted, protobuf-encoded, to `<endpoint>/v1/traces`",
+    }),
+    headers: map({ readme: '`{}`', doc: 'headers sent with every export, e.g. `{ Authorization: "Bearer ${OTLP_TOKEN}" }`; values never appear in logs' }),
+    sample_ratio: num({
+      min: 0,
+      max: 1,
+      default: 1,
+      doc: 'share of new traces recorded, 0-1; a request that arrives with a `traceparent` follows its caller\'s decision (see [Tracing](#tracing))',
+    }),
+    service_name: str({ default: 'perch', doc: 'the `service.name` of every span' }),
+  },
+  {
+    doc: 'export spans over OTLP/HTTP (see [Tracing](#tracing)); absent: tracing is off unless `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set',
+    expected: 'must be a mapping with endpoint',
+  },
 );
 
 export const CONFIG = obj(
@@ -278,6 +316,7 @@ export const CONFIG = obj(
     cache,
     metrics,
     log,
+    tracing,
   },
   { doc: 'perch configuration' },
 );
@@ -290,7 +329,9 @@ export type CacheConfig = Infer<typeof cache>;
 export type RedisConfig = Infer<ReturnType<typeof redis>>;
 export type MetricsConfig = Infer<typeof metrics>;
 export type LogConfig = Infer<typeof log>;
+export type TracingConfig = Infer<typeof tracing>;
 export type TlsConfig = NonNullable<ServerConfig['tls']>;
 export type RateLimitHeaderDialect = ServerConfig['rate_limit_headers'][number];
 export type MemoryCacheConfig = CacheConfig['memory'];
+export type CompressionConfig = CacheConfig['compression'];
 export type ProviderCallBudget = NonNullable<RateLimitPlan['provider_calls']>;

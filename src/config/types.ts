@@ -20,7 +20,9 @@ export type Config = Omit<FileConfig, 'auth' | 'admin' | 'upstreams' | 'routes'>
 export type {
   CacheConfig,
   LogConfig,
+  TracingConfig,
   MemoryCacheConfig,
+  CompressionConfig,
   MetricsConfig,
   ProviderCallBudget,
   RateLimitHeaderDialect,

@@ -19,6 +19,9 @@ export interface AccessFields {
   readonly key_id: string | null;
   readonly remote: string | null;
   readonly user_agent: string | null;
+  /** The request's trace and server span, lowercase hex (W3C Trace Context); null when tracing is off. */
+  readonly trace_id: string | null;
+  readonly span_id: string | null;
 }
 
 interface PinoInternals {
@@ -43,7 +46,7 @@ export function createAccessLog(logger: Logger): (fields: AccessFields) => void 
   return (f) => {
     if (!logger.isLevelEnabled('info')) return;
     stream.write(
-      `${levelPrefix}${time()}${bindings},"req_id":${str(f.req_id)},"method":${str(f.method)},"path":${str(f.path)},"route":${raw(f.route)},"status":${f.status},"cache":"${f.cache}","upstream":${str(f.upstream)},"upstream_ms":${f.upstream_ms},"upstream_call":${f.upstream_call},"ms":${f.ms},"key_id":${str(f.key_id)},"remote":${str(f.remote)},"user_agent":${str(f.user_agent)},"msg":"request"${end}`,
+      `${levelPrefix}${time()}${bindings},"req_id":${str(f.req_id)},"method":${str(f.method)},"path":${str(f.path)},"route":${raw(f.route)},"status":${f.status},"cache":"${f.cache}","upstream":${str(f.upstream)},"upstream_ms":${f.upstream_ms},"upstream_call":${f.upstream_call},"ms":${f.ms},"key_id":${str(f.key_id)},"remote":${str(f.remote)},"user_agent":${str(f.user_agent)},"trace_id":${raw(f.trace_id)},"span_id":${raw(f.span_id)},"msg":"request"${end}`,
     );
   };
 }

@@ -84,7 +84,7 @@ export class PerchMetrics implements UpstreamEvents {
     );
     this.#keySaved = new FastCounter(
       'perch_key_upstream_calls_saved_total',
-      "Provider calls a client key's requests did not need, by key id and reason: answered from the cache (hit), from a retained stale entry (stale), or by another request's call (coalesced).",
+      "Provider calls a client key's requests did not need, by key id and reason: answered from the cache (hit), by a 304 to the client's own copy (revalidated), from a retained stale entry (stale), or by another request's call (coalesced).",
       ['key_id', 'reason'],
       this.registry,
     );
@@ -306,7 +306,7 @@ export class PerchMetrics implements UpstreamEvents {
    */
   keyRequest(keyId: string, status: number, cache: CacheOutcome): void {
     this.#keyRequests.inc(keyId, status, cache);
-    if (cache === 'hit' || cache === 'stale' || cache === 'coalesced') this.#keySaved.inc(keyId, cache);
+    if (cache === 'hit' || cache === 'revalidated' || cache === 'stale' || cache === 'coalesced') this.#keySaved.inc(keyId, cache);
   }
 
   /** A request perch refused with 429 under the client's plan. `keyId` is the configured id, never the secret. */

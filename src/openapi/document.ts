@@ -45,18 +45,38 @@ const COMMON_ERRORS = {
   '504': limitedError('E504 Upstream timeout'),
 };
 
+/** What a 200 and its 304 both carry: everything but the headers that describe a body. */
+const CACHED_HEADERS = {
+  'X-Request-Id': header('X-Request-Id'),
+  'Cache-Status': header('Cache-Status'),
+  Age: { description: 'Seconds since the upstream answered; on cache hits and stale answers only', schema: { type: 'integer', minimum: 0 } },
+  'Cache-Control': { description: 'private, max-age=N: how much longer perch itself would keep the answer', schema: { type: 'string' } },
+  Vary: {
+    description: 'X-API-Key: answers are per client; with cache.compression on (the default), also Accept-Encoding',
+    schema: { type: 'string', enum: ['X-API-Key', 'X-API-Key, Accept-Encoding'] },
+  },
+  ETag: header('ETag'),
+  'Last-Modified': header('Last-Modified'),
+  ...RATE_LIMIT_HEADERS,
+};
+
 const ok = (schema: string, description: string) => ({
   description,
   headers: {
-    'X-Request-Id': header('X-Request-Id'),
-    'Cache-Status': header('Cache-Status'),
-    Age: { description: 'Seconds since the upstream answered; on cache hits and stale answers only', schema: { type: 'integer', minimum: 0 } },
-    'Cache-Control': { description: 'private, max-age=N: how much longer perch itself would keep the answer', schema: { type: 'string' } },
-    Vary: { description: 'X-API-Key: answers are per client', schema: { type: 'string' } },
-    ...RATE_LIMIT_HEADERS,
+    ...CACHED_HEADERS,
+    'Content-Encoding': {
+      description: 'br or gzip when the client accepts it (Accept-Encoding) and the cached body has that variant; absent for the identity body',
+      schema: { type: 'string', enum: ['br', 'gzip'] },
+    },
   },
   content: { 'application/json': { schema: { $ref: `#/components/schemas/${schema}` } } },
 });
+
+const NOT_MODIFIED = {
+  description:
+    "Not Modified: the client's If-None-Match names this representation's ETag (or is *), or, without If-None-Match, If-Modified-Since is no earlier than Last-Modified. No body; counted as a cache hit",
+  headers: CACHED_HEADERS,
+};
 
 const param = (name: string) => ({ $ref: `#/components/parameters/${name}` });
 
@@ -68,6 +88,7 @@ function operation(operationId: string, summary: string, parameters: object[], s
       parameters,
       responses: {
         '200': ok(schema, summary),
+        '304': NOT_MODIFIED,
         '400': limitedError('E400 Invalid request: a malformed parameter, named in the message, or a cursor the upstream rejects'),
         '404': limitedError(`E404 ${notFound}`),
         ...COMMON_ERRORS,
@@ -124,6 +145,12 @@ export const OPENAPI_DOCUMENT = {
         schema: { type: 'string' },
       },
       'Retry-After': { description: 'Whole seconds to wait, at least 1', schema: { type: 'integer', minimum: 1 } },
+      ETag: {
+        description:
+          'Strong validator of the cached body: "<22 base64url characters of its SHA-256>", the same on every instance; a compressed variant\'s tag ends in -br or -gzip inside the quotes. On 200s from the cache and answers stored by a miss',
+        schema: { type: 'string', pattern: '^"[A-Za-z0-9_-]{22}(-br|-gzip)?"$' },
+      },
+      'Last-Modified': { description: 'When the upstream answered (HTTP-date), with ETag', schema: { type: 'string' } },
       'x-rate-limit-limit': {
         description: "With server.rate_limit_headers x_rate_limit (Twitter's dialect): the plan's bucket size",
         schema: { type: 'integer', minimum: 1 },

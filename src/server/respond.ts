@@ -17,6 +17,15 @@ export function send(res: ServerResponse, head: boolean, status: number, body: B
   else res.end(body);
 }
 
+/**
+ * `304 Not Modified`: the headers a 200 would carry but those that describe its body (type,
+ * length, coding), and no body (RFC 9110 15.4.5).
+ */
+export function sendNotModified(res: ServerResponse, headers: HeaderList): void {
+  res.writeHead(304, headers as unknown as string[]);
+  res.end();
+}
+
 // Bodies for the fixed messages are built once, not per response.
 const DEFAULT_BODIES = new Map<ErrorCode, Buffer>(
   (Object.keys(ERROR_TABLE) as ErrorCode[]).map((code) => [code, errorBody(code)]),
@@ -44,10 +53,13 @@ export function sendError(
  * in front of perch must never answer one client with another's response, nor anyone with an
  * error: successes are `private` and vary on the key, errors `no-store`. `maxAgeSeconds` counts,
  * like `Age`, from the upstream's answer (RFC 9111 4.2.3 subtracts `Age` from it), so a client's
- * own cache keeps an entry exactly as long as perch would, never longer.
+ * own cache keeps an entry exactly as long as perch would, never longer. With compression on,
+ * every success also varies on `Accept-Encoding`, whether or not this body has variants yet: a
+ * cache must not hand the identity answer to a miss to the next client as its gzip answer, nor
+ * the reverse.
  */
-export function pushCachePolicy(headers: HeaderList, status: number, maxAgeSeconds: number): HeaderList {
+export function pushCachePolicy(headers: HeaderList, status: number, maxAgeSeconds: number, varyEncoding = false): HeaderList {
   if (status >= 400) headers.push('cache-control', 'no-store');
-  else headers.push('cache-control', `private, max-age=${Math.max(0, maxAgeSeconds)}`, 'vary', 'X-API-Key');
+  else headers.push('cache-control', `private, max-age=${Math.max(0, maxAgeSeconds)}`, 'vary', varyEncoding ? 'X-API-Key, Accept-Encoding' : 'X-API-Key');
   return headers;
 }

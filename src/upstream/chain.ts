@@ -14,6 +14,7 @@ import { ANY, type ProviderState, type StopState } from './guard/provider-state.
 import { forwardClientKey } from './client-key.js';
 import { createRetry } from './retry.js';
 import { createThrottle } from './throttle.js';
+import { traceAttempts } from './trace-attempt.js';
 import { compose, type Call } from './upstream.js';
 import { createV1Upstream } from './v1-upstream.js';
 import { createXV2Upstream } from './x-v2-upstream.js';
@@ -51,8 +52,8 @@ export interface ChainOptions {
 
 /**
  * The layers of an upstream, outermost first: client key (pass-through auth only) -> breaker ->
- * throttle -> retry -> credential pool -> budget -> guard -> the provider's dialect (`v1` or
- * `x_v2`: the layers are the same). The guard sits closest to the wire because every real call,
+ * throttle -> retry -> credential pool -> budget -> guard -> attempt span -> the provider's
+ * dialect (`v1` or `x_v2`: the layers are the same). The guard sits closest to the wire because every real call,
  * retries and credential switches included, must pass the cap and the provider's stops; the
  * budget sits on it so that every real call, and only a real call, counts against the paying
  * key's `provider_calls`. The breaker sits outermost so that an upstream known to be down costs
@@ -95,7 +96,7 @@ export function buildUpstream(name: string, config: UpstreamConfig, options: Cha
   for (const credential of config.credentials) events.credentialState(name, credential.id, 'active');
   events.breakerState(name, 'closed');
   const guard = createGuard({ upstream: name, config, state, clock, timers, events });
-  const call = compose([forwardClientKey(config.kind), breaker.layer, throttle.layer, createRetry({ upstream: name, config, clock, timers, events }), pool.layer, createBudget({ upstream: name, state, clock, events, book: options.budgets }), guard.layer], provider.call);
+  const call = compose([forwardClientKey(config.kind), breaker.layer, throttle.layer, createRetry({ upstream: name, config, clock, timers, events }), pool.layer, createBudget({ upstream: name, state, clock, events, book: options.budgets }), guard.layer, traceAttempts({ upstream: name, url: config.url, propagate: config.propagate_trace })], provider.call);
 
   function status(): UpstreamStatus {
     const credentials = pool.standing();

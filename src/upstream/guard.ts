@@ -84,11 +84,17 @@ export function createGuard(options: GuardOptions): Guard {
     const leaseId = randomUUID();
     const maxWaitMs = Math.min(config.queue_timeout_ms, Math.floor(attempt.deadline - performance.now()));
     const payer = attempt.payer ?? NO_PAYER;
+    const span = attempt.trace?.child('provider queue', 'internal', { 'perch.upstream': upstream });
     const { admission, waitedMs } = await queue.admit(
       payer,
       () => state.admit({ upstream, scope, candidates, cap, localCap, leaseId, leaseMs, payer }),
       maxWaitMs,
     );
+    if (span !== undefined) {
+      span.set('perch.queue.admission', admission.kind);
+      span.set('perch.queue.waited_ms', waitedMs);
+      span.end();
+    }
     if (waitedMs > 0) events.queued(upstream, waitedMs / 1000);
     if (admission.kind === 'stopped') {
       if (fullRotation) known.set(scope, { untilMs: admission.untilMs, state: admission.state });

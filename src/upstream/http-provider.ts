@@ -64,7 +64,8 @@ export function createHttpProvider(name: string, config: V1UpstreamConfig | XV2U
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), timeoutMs);
     // A credential not configured is a client's own key (pass-through): its headers only.
-    const headers = credential === undefined ? base : (headersFor.get(credential.id) ?? { ...base, ...credential.headers });
+    const own = credential === undefined ? base : (headersFor.get(credential.id) ?? { ...base, ...credential.headers });
+    const headers = attempt.traceHeaders === undefined ? own : { ...own, ...attempt.traceHeaders };
     try {
       const response = await dispatcher.request({ origin, path: dialect.path(request), method: 'GET', headers, signal: abort.signal });
       const now = options.clock.now();

@@ -84,7 +84,7 @@ export function createRetry(options: RetryOptions): Layer {
       if (decision !== 'retried') break;
       window.add(clock.now(), 1);
       await wait(timers, backoffMs);
-      const again = await next(attempt);
+      const again = await next({ ...attempt, retry: retried + 1 });
       // A retry the guard refused says less than the provider's own failure before it.
       if (again.kind === 'refused') break;
       result = again;

@@ -66,8 +66,9 @@ export class UpstreamSet {
   /**
    * `clientKey`: pass-through auth, the client's own key as the credential of every call.
    * `payer`: the client key whose miss this is, for a fair share of the call cap.
+   * `trace`: the request's span, the parent of the spans the layers make.
    */
-  async fetch(request: EndpointRequest, clientKey?: Attempt['clientKey'], payer?: Attempt['payer']): Promise<RoutedResult> {
+  async fetch(request: EndpointRequest, clientKey?: Attempt['clientKey'], payer?: Attempt['payer'], trace?: Attempt['trace']): Promise<RoutedResult> {
     this.#inFlight++;
     const deadline = performance.now() + this.#deadlineMs;
     try {
@@ -76,7 +77,13 @@ export class UpstreamSet {
       let called = false;
       for (const [i, name] of route.entries()) {
         const started = performance.now();
-        const attempt: Attempt = { request, deadline, ...(clientKey === undefined ? {} : { clientKey }), ...(payer === undefined ? {} : { payer }) };
+        const attempt: Attempt = {
+          request,
+          deadline,
+          ...(clientKey === undefined ? {} : { clientKey }),
+          ...(payer === undefined ? {} : { payer }),
+          ...(trace === undefined ? {} : { trace }),
+        };
         const result = await this.#upstreams.get(name)!.call(attempt);
         // A refusal is the one result no call came before: every other kind is a provider's answer.
         called ||= result.kind !== 'refused';

@@ -1,5 +1,6 @@
 import type { ProviderCallBudget } from '../config/types.js';
 import type { EndpointRequest } from '../endpoints.js';
+import type { TraceSpan } from '../tracing/trace-span.js';
 
 /**
  * What the provider said about its own rate limit on this exchange (`x-rate-limit-*` or the IETF
@@ -97,6 +98,12 @@ export interface Attempt {
   readonly probe?: boolean;
   /** Who the call is for: the guard shares the call cap fairly among payers. Absent: perch's own call. */
   readonly payer?: Payer;
+  /** The span the layers hang theirs under (queue wait, each provider attempt); absent: not traced. */
+  readonly trace?: TraceSpan;
+  /** Which retry of the request this is (set by the retry layer); absent: the first attempt. */
+  readonly retry?: number;
+  /** `traceparent` and `tracestate` for the provider, when its upstream propagates the trace. */
+  readonly traceHeaders?: Readonly<Record<string, string>>;
 }
 
 /** Who a call is for: the client key whose miss makes it, and its plan's `provider_weight`. */

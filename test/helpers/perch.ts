@@ -96,15 +96,28 @@ export async function pollFor<T>(probe: () => T | undefined | Promise<T | undefi
   }
 }
 
-/** Starts perch from YAML on 127.0.0.1:0, with logs captured; stopped when the test ends. */
+/**
+ * Starts perch from YAML on 127.0.0.1:0, with logs captured; stopped when the test ends. `env`
+ * serves `${ENV}` substitution and the `OTEL_*` variables.
+ */
 export async function startPerch(
   t: TestContext,
   yaml: string,
-  options: { clock?: Clock; timers?: Timers; env?: NodeJS.ProcessEnv; dispatchers?: Record<string, Dispatcher>; random?: () => number } = {},
+  options: { clock?: Clock; timers?: Timers; env?: NodeJS.ProcessEnv; dispatchers?: Record<string, Dispatcher>; random?: () => number; traceExportDelayMs?: number; traceExportBatchSize?: number } = {},
 ): Promise<RunningPerch> {
   const config = parseConfig(yaml, options.env ?? {});
   const logs = captureLogs();
-  const perch = createPerch({ config, logger: logs.logger, clock: options.clock, timers: options.timers, dispatchers: options.dispatchers, random: options.random });
+  const perch = createPerch({
+    config,
+    logger: logs.logger,
+    clock: options.clock,
+    timers: options.timers,
+    dispatchers: options.dispatchers,
+    random: options.random,
+    env: options.env,
+    traceExportDelayMs: options.traceExportDelayMs,
+    traceExportBatchSize: options.traceExportBatchSize,
+  });
   const address = await perch.listen();
   // Every key configured or presented, every upstream secret: none may reach a log, even in part.
   const secrets = new Set(secretsOf(yaml, options.env ?? {}));
@@ -130,6 +143,9 @@ export async function startPerch(
       if (presented !== undefined) secrets.add(presented);
       const response = await fetch(url + path, { method: requestOptions.method ?? 'GET', headers });
       const text = await response.text();
+      // A miss is answered before its entry reaches Redis: tests go on once it has, as a client
+      // that comes back later would find it.
+      await perch.cache.settled();
       return { status: response.status, headers: response.headers, text, json: () => JSON.parse(text) };
     },
   };

@@ -1,0 +1,81 @@
+// Tracing's cost on the hit path (issue 24): the same cached page as the hit scenario at
+// `connections` connections, perch with tracing off against perch exporting to an OTLP/HTTP sink
+// at sample_ratio 0.01 and at 1. Each traced run is paired with a tracing-off run just before it.
+// The sink (a node:http server in this process, answering 200 to every export) stands for a
+// collector; it runs outside the pinned server CPU, so its work is not charged to perch.
+import { createServer } from 'node:http';
+import { get, BENCH_KEY, perchConfig, startPerchYaml } from '../lib/perch.mjs';
+import { side, targetsTable } from '../lib/report.mjs';
+import { interleavedRounds } from '../lib/rounds.mjs';
+import { startUpstream } from '../lib/servers.mjs';
+import { wrk } from '../lib/wrk.mjs';
+import { HIT_PATH } from './hit.mjs';
+
+export async function tracingScenario(ctx) {
+  const { options } = ctx;
+  const stops = [];
+  let exports = 0;
+  const sink = createServer((req, res) => {
+    req.resume();
+    req.on('end', () => {
+      exports++;
+      res.writeHead(200, { 'content-type': 'application/x-protobuf' }).end();
+    });
+  });
+  await new Promise((resolve) => sink.listen(0, '127.0.0.1', resolve));
+  const endpoint = `http://127.0.0.1:${sink.address().port}`;
+  try {
+    const upstream = await startUpstream(ctx);
+    stops.push(upstream.proc);
+    const start = async (name, tracing) => {
+      const perch = await startPerchYaml(ctx, name, (port) => perchConfig({ port, upstreamUrl: upstream.url, ttl: { tweets: 3600 }, metricsYaml: ctx.metricsYaml }) + tracing);
+      stops.push(perch.proc);
+      await get(perch.url, HIT_PATH);
+      const hit = await get(perch.url, HIT_PATH);
+      if (hit.status !== 200 || !String(hit.headers['cache-status']).startsWith('perch; hit')) throw new Error(`${name}: the second request is not a hit`);
+      return { name, url: perch.url, pids: [perch.proc.pid] };
+    };
+    const off = await start('perch-trace-off', '');
+    const sampled = await start('perch-trace-0.01', `tracing: { endpoint: "${endpoint}", sample_ratio: 0.01 }\n`);
+    const all = await start('perch-trace-1', `tracing: { endpoint: "${endpoint}", sample_ratio: 1 }\n`);
+    const targets = [
+      { ...off, name: 'off', label: 'perch, tracing off' },
+      { ...sampled, name: 'ratio-0.01', label: 'perch, tracing on, sample_ratio 0.01' },
+      { ...all, name: 'ratio-1', label: 'perch, tracing on, sample_ratio 1' },
+    ];
+    const results = await interleavedRounds({
+      targets,
+      rounds: options.runs,
+      durationS: options.hitDurationS,
+      warmupS: Math.min(options.warmupS, options.hitDurationS),
+      log: ctx.log,
+      label: 'tracing',
+      pairWith: 'off',
+      run: (t, durationS) =>
+        wrk({ url: t.url, path: HIT_PATH, headers: { 'x-api-key': BENCH_KEY }, connections: options.connections, durationS, cpu: ctx.pin.clientCpu, serverCpu: ctx.pin.serverCpu, serverPids: t.pids }),
+    });
+    const figure = (name, label, target) => ({
+      id: `tracing.rps.${name}`,
+      label: `hit throughput, ${label}, ${options.connections} conns (req/s)`,
+      runs: results[name].map((r) => r.rps),
+      baseline: { label: 'tracing off', runs: results.off.map((r) => r.rps) },
+      pairRatios: results[name].map((r) => r.rps / r.baselineRun.rps),
+      target,
+      decimals: 0,
+      sides: [side(name, results[name]), side('off', results.off)],
+      rule: 'throughput',
+    });
+    return {
+      figures: [
+        figure('ratio-0.01', 'tracing on, sample_ratio 0.01', { text: '>= 0.95x tracing off (paired)', pass: (v, b, ratio) => ratio >= 0.95 }),
+        figure('ratio-1', 'tracing on, sample_ratio 1', { text: 'reported (no target)', pass: () => true }),
+      ],
+      tables: [targetsTable({ title: `Tracing on the hit path, ${options.connections} connections (medians over ${options.runs} rounds)`, targets, results, baseline: 'off', rule: 'throughput' })],
+      notes: [`Tracing: spans exported to an OTLP/HTTP sink in the bench process (${exports} export requests received over the scenario); sample_ratio 0.01 records one new trace in a hundred, sample_ratio 1 every one.`],
+    };
+  } finally {
+    for (const proc of stops.reverse()) await proc.stop();
+    sink.closeAllConnections();
+    await new Promise((resolve) => sink.close(resolve));
+  }
+}

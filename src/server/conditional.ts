@@ -1,0 +1,48 @@
+/**
+ * Conditional GET and HEAD (RFC 9110 13.1.2, 13.1.3, 13.2.2): whether the client's stored copy
+ * is still the representation perch would send, so a 304 without a body does.
+ */
+
+const ASCTIME = /^[A-Za-z]{3} [A-Za-z]{3} [ \d]\d \d\d:\d\d:\d\d \d{4}$/;
+
+/**
+ * True when the request's validators match: `If-None-Match` lists the representation's tag (weak
+ * comparison: `W/` is ignored) or is `*`; or, only when there is no `If-None-Match`,
+ * `If-Modified-Since` is a valid date no earlier than `lastModifiedMs` (whole seconds, as
+ * `Last-Modified` carries it). A malformed date is ignored, as the RFC requires.
+ */
+export function notModified(ifNoneMatch: string | undefined, ifModifiedSince: string | undefined, etag: string, lastModifiedMs: number): boolean {
+  if (ifNoneMatch !== undefined) return ifNoneMatch.trim() === '*' || listsTag(ifNoneMatch, etag);
+  if (ifModifiedSince === undefined) return false;
+  // asctime dates carry no zone, and Date.parse would read them in the machine's; HTTP-dates are GMT.
+  const since = Date.parse(ASCTIME.test(ifModifiedSince) ? `${ifModifiedSince} GMT` : ifModifiedSince);
+  return Number.isFinite(since) && Math.floor(lastModifiedMs / 1000) * 1000 <= since;
+}
+
+/**
+ * Whether a comma-separated list of entity tags holds `etag` (quotes included). Scanned by hand:
+ * a tag may itself contain commas, so splitting on them would cut tags apart.
+ */
+function listsTag(list: string, etag: string): boolean {
+  let i = 0;
+  while (i < list.length) {
+    const c = list.charCodeAt(i);
+    // Separators and whitespace between members.
+    if (c === 0x2c || c === 0x20 || c === 0x09) {
+      i++;
+      continue;
+    }
+    if (list.startsWith('W/', i)) i += 2;
+    if (list.charCodeAt(i) !== 0x22) return false;
+    const end = list.indexOf('"', i + 1);
+    if (end === -1) return false;
+    if (list.slice(i, end + 1) === etag) return true;
+    i = end + 1;
+  }
+  return false;
+}
+
+/** `Last-Modified`: an IMF-fixdate of whole seconds. */
+export function httpDate(ms: number): string {
+  return new Date(ms).toUTCString();
+}
