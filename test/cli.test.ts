@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { HEAP_LIMIT_WARNING } from '../src/app/advice.js';
-import { DEMO_KEY } from '../src/demo-key.js';
+import { DEMO_KEY } from '../src/app/demo-key.js';
 import { PERCH_VERSION } from '../src/version.js';
 import { waitFor } from './helpers/perch.js';
 import { tempDir } from './helpers/temp-dir.js';

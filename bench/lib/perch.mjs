@@ -3,7 +3,7 @@ import { execFileSync } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { request } from 'undici';
-import { freePort, start, waitUntilServing } from './procs.mjs';
+import { freePort, processTree, start, waitUntilServing } from './procs.mjs';
 
 export const BENCH_KEY = 'perch-bench-key-0123456789abcdef';
 
@@ -56,14 +56,14 @@ export function metricsSection(ctx) {
  * Starts one perch instance pinned to the server CPU; resolves once it answers HTTP. Its log
  * (JSON lines, access log included) goes to a file in the temp dir, as in production, unless
  * `ctx.options.logToFile` is false (then /dev/null). `nodeArgs` go to node before perch's script
- * (V8 heap settings, say).
+ * (V8 heap settings, say); `env` is added to the bench's environment; `node` is the runtime.
  */
 export function startPerch(ctx, name, configOptions, options = {}) {
   return startPerchYaml(ctx, name, (port) => perchConfig({ ...configOptions, port, metricsYaml: ctx.metricsYaml }), options);
 }
 
 /** As `startPerch`, from the YAML `yamlFor(port)` returns, for scenarios that need their own keys and plans. */
-export async function startPerchYaml(ctx, name, yamlFor, { cpuProfileDir, nodeArgs: extraNodeArgs = [] } = {}) {
+export async function startPerchYaml(ctx, name, yamlFor, { cpuProfileDir, nodeArgs: extraNodeArgs = [], env: extraEnv = {}, node = process.execPath } = {}) {
   const port = await freePort();
   const configFile = join(ctx.tmpDir, `${name}.yaml`);
   writeFileSync(configFile, yamlFor(port));
@@ -74,9 +74,9 @@ export async function startPerchYaml(ctx, name, yamlFor, { cpuProfileDir, nodeAr
     mkdirSync(cpuProfileDir, { recursive: true });
     nodeArgs.push('--cpu-prof', `--cpu-prof-dir=${cpuProfileDir}`);
   }
-  const env = { ...process.env };
+  const env = { ...process.env, ...extraEnv };
   delete env.PERCH_CONFIG;
-  const proc = start(name, process.execPath, [...nodeArgs, ctx.perchMain, '--config', configFile], {
+  const proc = start(name, node, [...nodeArgs, ctx.perchMain, '--config', configFile], {
     cpu: ctx.pin.serverCpu,
     cwd: ctx.repoRoot,
     env,
@@ -85,7 +85,8 @@ export async function startPerchYaml(ctx, name, yamlFor, { cpuProfileDir, nodeAr
   closeSync(logFd);
   const url = `http://127.0.0.1:${port}`;
   await waitUntilServing(proc, `${url}/v1/users/1`, { timeoutMs: 15_000 });
-  return { proc, url, port, configFile, logPath };
+  // On Node 20 perch relaunches itself as a child to size its heap: its CPU and memory are the tree's.
+  return { proc, url, port, configFile, logPath, pids: processTree(proc.pid) };
 }
 
 /** GET on perch with the bench key: status, headers and body. */

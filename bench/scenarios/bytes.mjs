@@ -64,9 +64,9 @@ export async function bytesScenario(ctx) {
     );
 
     const targets = [
-      { name: 'identity', label: 'perch hit, identity', url: perch.url, pids: [perch.proc.pid], headers: {} },
-      { name: 'compressed', label: `perch hit, Accept-Encoding: ${ACCEPT}`, url: perch.url, pids: [perch.proc.pid], headers: { 'accept-encoding': ACCEPT } },
-      { name: 'revalidated', label: 'perch 304, If-None-Match', url: perch.url, pids: [perch.proc.pid], headers: { 'if-none-match': tag } },
+      { name: 'identity', label: 'perch hit, identity', url: perch.url, pids: perch.pids, headers: {} },
+      { name: 'compressed', label: `perch hit, Accept-Encoding: ${ACCEPT}`, url: perch.url, pids: perch.pids, headers: { 'accept-encoding': ACCEPT } },
+      { name: 'revalidated', label: 'perch 304, If-None-Match', url: perch.url, pids: perch.pids, headers: { 'if-none-match': tag } },
     ];
     if (nginxVersion() !== null) {
       const ng = await startNginx(ctx, upstream.port, { gzip: true });

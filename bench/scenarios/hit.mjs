@@ -62,9 +62,9 @@ export async function hitScenario(ctx) {
 
     const targets = [
       { name: 'ceiling', label: 'ceiling (bare node:http)', url: ceiling.url, pids: [ceiling.proc.pid] },
-      { name: 'perch', label: 'perch, rate limits in memory', url: perch.url, pids: [perch.proc.pid] },
+      { name: 'perch', label: 'perch, rate limits in memory', url: perch.url, pids: perch.pids },
       { name: 'shell', label: "bound: perch's listener, fixed answer", url: shell.url, pids: [shell.proc.pid] },
-      { name: 'quiet', label: 'bound: perch, access log off (level warn)', url: quiet.url, pids: [quiet.proc.pid] },
+      { name: 'quiet', label: 'bound: perch, access log off (level warn)', url: quiet.url, pids: quiet.pids },
       { name: 'minimal', label: "bound: a hit's work, plainly, on node:http", url: minimal.url, pids: [minimal.proc.pid] },
       { name: 'raw', label: "bound: the same work on a bare socket, no node:http", url: raw.url, pids: [raw.proc.pid] },
     ];
@@ -81,7 +81,7 @@ export async function hitScenario(ctx) {
       const scripts = [...stats.matchAll(/^cmdstat_(?:evalsha|eval):calls=(\d+)/gm)].reduce((sum, m) => sum + Number(m[1]), 0);
       if (scripts === 0) throw new Error('perch with rate_limits_redis ran no bucket script in Redis');
       // Redis does its share of every request on the same core as perch: both are the server.
-      targets.push({ name: 'perch-redis', label: 'perch, rate limits in Redis', url: perchRedis.url, pids: [perchRedis.proc.pid, redis.proc.pid] });
+      targets.push({ name: 'perch-redis', label: 'perch, rate limits in Redis', url: perchRedis.url, pids: [...perchRedis.pids, redis.proc.pid] });
     }
     const nginx = nginxVersion();
     if (nginx === null) {

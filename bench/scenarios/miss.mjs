@@ -36,7 +36,7 @@ export async function missScenario(ctx) {
     const targets = [
       { name: 'direct', label: 'upstream directly', url: upstream.url, pids: [upstream.proc.pid] },
       // perch's miss costs the upstream's work too, on the same core.
-      { name: 'perch', label: 'perch (miss, stored)', url: perch.url, pids: [perch.proc.pid, upstream.proc.pid] },
+      { name: 'perch', label: 'perch (miss, stored)', url: perch.url, pids: [...perch.pids, upstream.proc.pid] },
     ];
     const results = await interleavedRounds({
       targets,

@@ -39,7 +39,7 @@ export async function redisFrozenScenario(ctx) {
     if (!String(hit.headers['cache-status']).startsWith('perch; hit')) throw new Error(`not a hit: ${hit.headers['cache-status']}`);
 
     const run = (path, durationS) =>
-      wrk({ url: perch.url, path, headers: { 'x-api-key': BENCH_KEY }, connections: options.connections, durationS, cpu: ctx.pin.clientCpu, serverCpu: ctx.pin.serverCpu, serverPids: [perch.proc.pid, upstream.proc.pid, redis.proc.pid] });
+      wrk({ url: perch.url, path, headers: { 'x-api-key': BENCH_KEY }, connections: options.connections, durationS, cpu: ctx.pin.clientCpu, serverCpu: ctx.pin.serverCpu, serverPids: [...perch.pids, upstream.proc.pid, redis.proc.pid] });
     const results = { healthy: { hit: [], miss: [] }, frozen: { hit: [], miss: [] } };
     let failed = 0;
     for (let r = 0; r < options.runs; r++) {

@@ -33,7 +33,7 @@ export async function tracingScenario(ctx) {
       await get(perch.url, HIT_PATH);
       const hit = await get(perch.url, HIT_PATH);
       if (hit.status !== 200 || !String(hit.headers['cache-status']).startsWith('perch; hit')) throw new Error(`${name}: the second request is not a hit`);
-      return { name, url: perch.url, pids: [perch.proc.pid] };
+      return { name, url: perch.url, pids: perch.pids };
     };
     const off = await start('perch-trace-off', '');
     const sampled = await start('perch-trace-0.01', `tracing: { endpoint: "${endpoint}", sample_ratio: 0.01 }\n`);

@@ -52,18 +52,27 @@ export function heapShortfall(config: Config, heapLimitBytes: number): number | 
 
 /**
  * The old-generation limit, where cache entries live once they survive their first collections:
- * `--max-old-space-size` (MiB) from node's own flags or NODE_OPTIONS, the last one winning as in
- * node; else the whole heap limit. That one also counts the young generation, which on Node 24
- * reserves 192 MiB beside a 64 MiB old space, so it alone would hide a small old space.
+ * `--max-old-space-size` (`userOldSpaceMib`), else the whole heap limit. That one also counts the
+ * young generation, which on Node 24 reserves 192 MiB beside a 64 MiB old space, so it alone
+ * would hide a small old space.
  */
 export function oldSpaceLimitBytes(execArgv: readonly string[], nodeOptions: string | undefined, heapSizeLimit: number): number {
+  const mib = userOldSpaceMib(execArgv, nodeOptions);
+  return mib === undefined ? heapSizeLimit : mib * MIB;
+}
+
+/**
+ * `--max-old-space-size` (MiB) from node's own flags or NODE_OPTIONS, the last one winning as in
+ * node; undefined when neither sets it.
+ */
+export function userOldSpaceMib(execArgv: readonly string[], nodeOptions: string | undefined): number | undefined {
   let mib: number | undefined;
   for (const flag of [...(nodeOptions ?? '').split(/\s+/), ...execArgv]) {
     // node takes this flag only with `=`; any other spelling stops it from starting.
     const match = /^--max[-_]old[-_]space[-_]size=(\d+)$/.exec(flag);
     if (match) mib = Number(match[1]);
   }
-  return mib === undefined ? heapSizeLimit : mib * MIB;
+  return mib;
 }
 
 /** The start-up warning for `heapShortfall`. */

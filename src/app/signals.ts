@@ -1,6 +1,7 @@
 import { ConfigError, loadConfigFile } from '../config/load.js';
 import type { Logger } from '../logging/logger.js';
 import type { Perch } from './perch.js';
+import { followLauncher } from './relaunch.js';
 
 export interface SignalOptions {
   readonly perch: Perch;
@@ -39,6 +40,7 @@ export function handleSignals(options: SignalOptions): void {
   };
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
+  followLauncher(() => stop('SIGTERM'));
   process.on('SIGHUP', () => {
     if (!stopping) reload(options);
   });

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { Config } from './config/types.js';
+import type { Config } from '../config/types.js';
 
 /**
  * The key of config/perch.yaml, published in the README so a newcomer can curl perch at once.

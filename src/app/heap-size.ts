@@ -1,0 +1,62 @@
+import type { Config } from '../config/types.js';
+import { heapNeeded, userOldSpaceMib } from './advice.js';
+
+const MIB = 1024 * 1024;
+
+/**
+ * Set in the environment of the process perch relaunches with its own heap flags, so that
+ * process knows the flags in its `execArgv` are perch's and does not relaunch again.
+ */
+export const HEAP_SIZED_ENV = 'PERCH_HEAP_SIZED';
+
+/** `off` in the environment keeps Node's own heap settings (and no relaunch). */
+export const HEAP_SIZING_ENV = 'PERCH_HEAP_SIZING';
+
+/**
+ * The young generation's semi-space perch asks for, in MiB. Node's default grows it to 16 MiB
+ * (Node 20) or 32 MiB (Node 24) under load, three times that of RSS for the young generation
+ * alone; a fill with 4 MiB measured the same rate (see the README's Memory section).
+ */
+export const SEMI_SPACE_MIB = 4;
+
+/**
+ * The heap settings a process runs with, and who chose them; the first log line says so, with
+ * V8's resulting limit beside them.
+ */
+export type HeapSettings =
+  | { readonly set_by: 'perch'; readonly old_space_mib: number; readonly semi_space_mib: number }
+  | { readonly set_by: 'user'; readonly old_space_mib: number }
+  | { readonly set_by: 'node' };
+
+/** What `main` does about the heap before it serves. */
+export type HeapPlan = { readonly kind: 'relaunch'; readonly flags: readonly string[] } | { readonly kind: 'serve'; readonly settings: HeapSettings };
+
+/**
+ * The old-space limit perch sets: room for a full memory tier's objects (`heapNeeded`), no more.
+ * With Node's default limit, evicted entries are garbage that V8 collects only when the old
+ * space has grown to a few times what is live, and the bodies their Buffers hold outside the
+ * heap wait with them: RSS after a fill was 3x `max_bytes` (issue 22).
+ */
+export function oldSpaceMib(config: Config): number {
+  return Math.ceil(heapNeeded(config) / MIB);
+}
+
+/** The node flags perch relaunches with. */
+export function heapFlags(config: Config): string[] {
+  return [`--max-old-space-size=${oldSpaceMib(config)}`, `--max-semi-space-size=${SEMI_SPACE_MIB}`];
+}
+
+/**
+ * Whether to relaunch with `heapFlags`: not when this process is the relaunched one, when the
+ * user set the old space (their choice wins; `heapShortfall` warns if it is too small), or when
+ * `PERCH_HEAP_SIZING=off` asks for Node's own settings.
+ */
+export function heapPlan(config: Config, execArgv: readonly string[], env: NodeJS.ProcessEnv): HeapPlan {
+  const user = userOldSpaceMib(execArgv, env.NODE_OPTIONS);
+  if (env[HEAP_SIZED_ENV] === '1') {
+    return { kind: 'serve', settings: { set_by: 'perch', old_space_mib: user ?? oldSpaceMib(config), semi_space_mib: SEMI_SPACE_MIB } };
+  }
+  if (user !== undefined) return { kind: 'serve', settings: { set_by: 'user', old_space_mib: user } };
+  if (env[HEAP_SIZING_ENV] === 'off') return { kind: 'serve', settings: { set_by: 'node' } };
+  return { kind: 'relaunch', flags: heapFlags(config) };
+}

@@ -1,0 +1,39 @@
+import { getHeapStatistics } from 'node:v8';
+import type { Config } from '../config/types.js';
+import { DEMO_KEY, hasDemoKey } from './demo-key.js';
+import { createLogger } from '../logging/logger.js';
+import { PERCH_VERSION } from '../version.js';
+import { HEAP_LIMIT_WARNING, heapShortfall, oldSpaceLimitBytes, UNSHARED_CAP_WARNING, unsharedCapUpstreams } from './advice.js';
+import type { HeapSettings } from './heap-size.js';
+import { createPerch } from './perch.js';
+import { handleSignals } from './signals.js';
+
+/** Starts perch on `config` as the command line's serve command: logs, listens, warns, handles signals. */
+export async function serve(config: Config, configPath: string, heap: HeapSettings): Promise<void> {
+  const logger = createLogger(config.log);
+  const heapLimitMib = Math.floor(getHeapStatistics().heap_size_limit / 2 ** 20);
+  logger.info({ version: PERCH_VERSION, node: process.version, config: configPath, heap: { ...heap, heap_limit_mib: heapLimitMib } }, `perch ${PERCH_VERSION} starting`);
+  const perch = createPerch({ config, logger, env: process.env });
+  const address = await perch.listen();
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  const base = `${config.server.tls === undefined ? 'http' : 'https'}://${host}:${address.port}`;
+  const metricsPort = perch.metricsAddress()?.port;
+  logger.info({ address: base, ...(metricsPort === undefined ? {} : { metrics_port: metricsPort }) }, 'perch listening');
+  // stdout carries JSON log lines only, so line-by-line log shippers never meet plain text;
+  // the line for the person at the terminal goes to stderr.
+  if (hasDemoKey(config)) {
+    logger.warn('the public demo key is enabled: remove it from auth.keys before exposing perch');
+    process.stderr.write(`perch is up. Try: curl -H 'X-API-Key: ${DEMO_KEY}' ${base}/v1/users/by/username/perch_demo\n`);
+  } else {
+    process.stderr.write(`perch is up on ${base}\n`);
+  }
+
+  const unshared = unsharedCapUpstreams(config);
+  if (unshared.length > 0) logger.warn({ upstreams: unshared }, UNSHARED_CAP_WARNING);
+  const oldSpaceLimit = oldSpaceLimitBytes(process.execArgv, process.env.NODE_OPTIONS, getHeapStatistics().heap_size_limit);
+  const needed = heapShortfall(config, oldSpaceLimit);
+  if (needed !== undefined) logger.warn({ old_space_limit_mib: Math.floor(oldSpaceLimit / 2 ** 20), needed_mib: Math.ceil(needed / 2 ** 20) }, HEAP_LIMIT_WARNING);
+
+  handleSignals({ perch, logger, configPath, env: process.env });
+}
+

@@ -1,0 +1,179 @@
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test, type TestContext } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { getHeapStatistics } from 'node:v8';
+import { heapFlags, heapPlan, HEAP_SIZED_ENV, oldSpaceMib } from '../src/app/heap-size.js';
+import { parseConfig } from '../src/config/load.js';
+import { KEY, pollFor, testConfig, v1, waitFor } from './helpers/perch.js';
+import { tempDir } from './helpers/temp-dir.js';
+import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
+
+const MAIN = fileURLToPath(new URL('../src/main.js', import.meta.url));
+const DEMO_CONFIG = fileURLToPath(new URL('../../config/perch.yaml', import.meta.url));
+const T = { timeout: 20_000 };
+/** Whether this node replaces the process on a relaunch (22.15+) rather than running a child. */
+const EXECVE = typeof (process as unknown as { execve?: unknown }).execve === 'function';
+
+interface Started {
+  readonly child: ChildProcess;
+  readonly lines: () => Record<string, unknown>[];
+  readonly exited: Promise<number | null>;
+}
+
+/**
+ * perch on `config` (the demo's by default) at port 0 with `nodeArgs` and `env`; killed, with
+ * any process below it, when the test ends.
+ */
+function startDemo(t: TestContext, nodeArgs: string[] = [], env: NodeJS.ProcessEnv = {}, { detached = false, config = DEMO_CONFIG } = {}): Started {
+  const child = spawn(process.execPath, [...nodeArgs, MAIN, '--config', config], {
+    env: { PATH: process.env.PATH, PERCH_PORT: '0', ...env },
+    stdio: ['ignore', 'pipe', 'ignore'],
+    detached,
+  });
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  t.after(() => {
+    for (const pid of [...childrenOf(child.pid!), child.pid!]) kill(pid, 'SIGKILL');
+  });
+  let stdout = '';
+  child.stdout!.on('data', (d) => (stdout += d));
+  const lines = () =>
+    stdout
+      .split('\n')
+      .filter((l) => l !== '')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+  return { child, lines, exited };
+}
+
+function kill(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(pid, signal);
+  } catch {
+    // already gone
+  }
+}
+
+/** The node flags a running process was started with, from /proc (Linux). */
+function flagsOf(pid: number): string[] {
+  return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter((a) => a.startsWith('--max-'));
+}
+
+/** The processes whose parent is `pid` (Linux /proc). */
+function childrenOf(pid: number): number[] {
+  const children: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]) === pid) children.push(Number(entry));
+    } catch {
+      // exited while listing
+    }
+  }
+  return children;
+}
+
+/** Running, and not a zombie left for whoever reaps it (an orphan's new parent, say). */
+function alive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+const listening = (s: Started) => waitFor(() => s.lines().some((l) => l.msg === 'perch listening'), 15_000);
+
+test('the old space perch asks for is 0.85 x max_bytes + 64 MiB, with a 4 MiB semi-space', T, () => {
+  const config = parseConfig(testConfig('main: { kind: fixture }', 'cache: { memory: { max_bytes: 134217728 } }'), {});
+  // 0.85 x 128 + 64 = 172.8, rounded up.
+  assert.equal(oldSpaceMib(config), 173);
+  assert.deepEqual(heapFlags(config), ['--max-old-space-size=173', '--max-semi-space-size=4']);
+  assert.deepEqual(heapPlan(config, [], {}), { kind: 'relaunch', flags: heapFlags(config) });
+  assert.deepEqual(heapPlan(config, ['--max-old-space-size=173', '--max-semi-space-size=4'], { [HEAP_SIZED_ENV]: '1' }), {
+    kind: 'serve',
+    settings: { set_by: 'perch', old_space_mib: 173, semi_space_mib: 4 },
+  });
+  assert.deepEqual(heapPlan(config, [], { NODE_OPTIONS: '--max-old-space-size=512' }), { kind: 'serve', settings: { set_by: 'user', old_space_mib: 512 } });
+  assert.deepEqual(heapPlan(config, ['--max-old-space-size=100'], {}), { kind: 'serve', settings: { set_by: 'user', old_space_mib: 100 } });
+  assert.deepEqual(heapPlan(config, [], { PERCH_HEAP_SIZING: 'off' }), { kind: 'serve', settings: { set_by: 'node' } });
+});
+
+test('with nothing passed, perch runs with a heap sized from cache.memory.max_bytes and says so in its first log line', T, async (t) => {
+  const perch = startDemo(t);
+  await listening(perch);
+  const first = perch.lines()[0]!;
+  assert.match(String(first.msg), /^perch .* starting$/);
+  // The demo's max_bytes is 64 MiB: 0.85 x 64 + 64 = 118.4, rounded up; V8's limit adds three semi-spaces.
+  assert.deepEqual(first.heap, { set_by: 'perch', old_space_mib: 119, semi_space_mib: 4, heap_limit_mib: 119 + 3 * 4 });
+  const server = EXECVE ? perch.child.pid! : await pollFor(() => childrenOf(perch.child.pid!)[0]);
+  assert.deepEqual(flagsOf(server), ['--max-old-space-size=119', '--max-semi-space-size=4']);
+  // One process where node can replace itself; else a launcher and perch below it.
+  assert.equal(childrenOf(perch.child.pid!).length, EXECVE ? 0 : 1);
+  assert.equal(perch.lines().filter((l) => String(l.msg).endsWith(' starting')).length, 1);
+  perch.child.kill('SIGTERM');
+  assert.equal(await perch.exited, 0);
+  assert.equal(alive(server), false);
+});
+
+test("a user's own --max-old-space-size wins, in node's flags or NODE_OPTIONS: no relaunch", T, async (t) => {
+  for (const [args, env] of [
+    [['--max-old-space-size=300'], {}],
+    [[], { NODE_OPTIONS: '--max-old-space-size=300' }],
+  ] as const) {
+    const perch = startDemo(t, [...args], env);
+    await listening(perch);
+    const heap = perch.lines()[0]!.heap as Record<string, unknown>;
+    assert.deepEqual([heap.set_by, heap.old_space_mib], ['user', 300]);
+    assert.deepEqual(flagsOf(perch.child.pid!), [...args]);
+    assert.equal(childrenOf(perch.child.pid!).length, 0);
+    perch.child.kill('SIGTERM');
+    assert.equal(await perch.exited, 0);
+  }
+});
+
+test("PERCH_HEAP_SIZING=off keeps node's own heap limit", T, async (t) => {
+  const perch = startDemo(t, [], { PERCH_HEAP_SIZING: 'off' });
+  await listening(perch);
+  assert.deepEqual(perch.lines()[0]!.heap, { set_by: 'node', heap_limit_mib: Math.floor(getHeapStatistics().heap_size_limit / 2 ** 20) });
+  assert.equal(childrenOf(perch.child.pid!).length, 0);
+  perch.child.kill('SIGTERM');
+  assert.equal(await perch.exited, 0);
+});
+
+test("a terminal's Ctrl-C (SIGINT to the process group) stops perch once: the request in flight is answered", T, async (t) => {
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const upstream = await startUpstream(t, (req, res) => void held.then(() => sampleProvider(req, res)));
+  const config = join(tempDir(t, 'perch-heap-'), 'perch.yaml');
+  writeFileSync(config, testConfig(v1('main', upstream.url)));
+  const perch = startDemo(t, [], {}, { detached: true, config });
+  await listening(perch);
+  const address = String(perch.lines().find((l) => l.msg === 'perch listening')!.address);
+  const answer = fetch(`${address}/v1/users/1`, { headers: { 'x-api-key': KEY } });
+  await waitFor(() => upstream.requests.length === 1);
+  process.kill(-perch.child.pid!, 'SIGINT');
+  await waitFor(() => perch.lines().some((l) => l.msg === 'perch stopping: draining in-flight requests'));
+  // A second SIGINT (the group's and the launcher's) would exit at once, without this answer.
+  release();
+  assert.equal((await answer).status, 200);
+  assert.equal(await perch.exited, 0);
+  const messages = perch.lines().map((l) => l.msg);
+  assert.equal(messages.filter((m) => m === 'perch stopping: draining in-flight requests').length, 1);
+  assert.equal(messages.includes('second stop signal: exiting without waiting for requests'), false);
+});
+
+test('a launcher killed outright takes perch with it (Node without execve); with execve perch is the process itself', T, async (t) => {
+  const perch = startDemo(t);
+  await listening(perch);
+  if (EXECVE) {
+    assert.equal(childrenOf(perch.child.pid!).length, 0);
+    return;
+  }
+  const server = await pollFor(() => childrenOf(perch.child.pid!)[0]);
+  perch.child.kill('SIGKILL');
+  await waitFor(() => !alive(server), 10_000);
+});
