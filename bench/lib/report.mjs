@@ -92,7 +92,7 @@ export function evaluate(figure) {
 }
 
 /**
- * One row per target of a scenario's interleaved rounds: medians of req/s, p50 and p99, their
+ * One row per target of a scenario's interleaved rounds: medians of req/s, p50, p99 and p99.9, their
  * ratios to the `baseline` target's medians, the CPU shares (with how busy each core was),
  * bytes per response and whether the target's own runs pass the INVALID rule (`rule` as in
  * `invalidReasons`).
@@ -107,7 +107,7 @@ export function targetsTable({ title, targets, results, baseline, rule }) {
   };
   return {
     title,
-    head: ['target', 'req/s', `x ${baseline}`, 'p50 ms', 'p99 ms', `p99 x ${baseline}`, 'generator CPU (core busy)', 'server CPU (core busy)', 'bytes/response', 'valid'],
+    head: ['target', 'req/s', `x ${baseline}`, 'p50 ms', 'p99 ms', `p99 x ${baseline}`, 'p99.9 ms', 'generator CPU (core busy)', 'server CPU (core busy)', 'bytes/response', 'valid'],
     rows: targets.map((t) => {
       const reasons = invalidReasons([side(t.name, results[t.name])], rule);
       return [
@@ -117,6 +117,7 @@ export function targetsTable({ title, targets, results, baseline, rule }) {
         fmt(med(t.name, 'p50'), 3),
         fmt(med(t.name, 'p99'), 3),
         ratio(t.name, 'p99'),
+        fmt(med(t.name, 'p999'), 3),
         `${fmt(med(t.name, 'generatorCpu'), 2)} (${fmt(med(t.name, 'generatorCoreBusy'), 2)})`,
         `${fmt(med(t.name, 'serverCpu'), 2)} (${fmt(med(t.name, 'serverCoreBusy'), 2)})`,
         fmt(med(t.name, 'bytesPerResponse'), 0),
