@@ -19,7 +19,11 @@ export function wrkVersion() {
   }
 }
 
-/** wrk calls done() once after the run: one line with its percentiles (HdrHistogram, in µs) and error counts. */
+/**
+ * wrk calls done() once after the run: one line with its percentiles (HdrHistogram, in µs) and
+ * error counts. The histogram has wrk's synthetic samples in it by then (stats_correct, for the
+ * requests a slow answer held back; see open-loop.mjs), so the tail is partly inferred.
+ */
 const DONE = `done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format("PERCH %d %d %d %d %d %.3f %.3f %.3f\\n",
