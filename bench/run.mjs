@@ -8,7 +8,7 @@
 //   BENCH_WARMUP_S (2)           warm-up run per target before measuring (capped at the duration)
 //   BENCH_CONNECTIONS (64)       hit-path connections, also the cache-fill concurrency
 //   BENCH_MISS_CONNECTIONS (1)   miss-path connections (see scenarios/miss.mjs)
-//   BENCH_ONLY                   comma list of scenarios: hit,bytes,miss,economy,memory,redis-frozen,validate,quota,sick-upstream,fairness,tracing
+//   BENCH_ONLY                   comma list of scenarios: hit,hit-rate,bytes,miss,economy,memory,redis-frozen,validate,quota,sick-upstream,fairness,tracing
 //   BENCH_ECONOMY_REQUESTS (100000), BENCH_ECONOMY_KEYS (10000), BENCH_ZIPF_S (1.1), BENCH_SEED (6)
 //   BENCH_MEMORY_ENTRIES (100000), BENCH_MEMORY_PAGES (40000), BENCH_MEMORY_MAX_BYTES (134217728)
 //   BENCH_SERVER_CPU (0), BENCH_CLIENT_CPU (1)
@@ -31,6 +31,7 @@ import { bytesScenario } from './scenarios/bytes.mjs';
 import { economyScenario } from './scenarios/economy.mjs';
 import { fairnessScenario } from './scenarios/fairness.mjs';
 import { hitScenario } from './scenarios/hit.mjs';
+import { hitRateScenario } from './scenarios/hit-rate.mjs';
 import { memoryScenario } from './scenarios/memory.mjs';
 import { missScenario } from './scenarios/miss.mjs';
 import { quotaScenario } from './scenarios/quota.mjs';
@@ -55,6 +56,7 @@ function num(name, fallback, { min = 0, integer = false } = {}) {
 
 const SCENARIOS = {
   hit: hitScenario,
+  'hit-rate': hitRateScenario,
   bytes: bytesScenario,
   miss: missScenario,
   economy: economyScenario,
@@ -67,8 +69,8 @@ const SCENARIOS = {
   tracing: tracingScenario,
 };
 
-/** The scenarios whose figures wrk measures. */
-const LOAD_GENERATED = ['hit', 'bytes', 'miss', 'redis-frozen', 'tracing'];
+/** The scenarios whose figures wrk measures (hit-rate: its saturated rate). */
+const LOAD_GENERATED = ['hit', 'hit-rate', 'bytes', 'miss', 'redis-frozen', 'tracing'];
 
 function readOptions() {
   const durationS = num('BENCH_DURATION_S', 10, { min: 1 });
@@ -161,7 +163,7 @@ async function main() {
     ['perch', `${gitDescription()}${built ? ', built by the bench' : ''}`],
     ['pinning', pin.note],
     ['rounds', `${options.runs} interleaved rounds x ${options.durationS} s per target (hit path: ${options.hitDurationS} s, each run paired with a ceiling run just before it, order rotated each round), after a ${options.warmupS} s warm-up run per target${smoke ? ' — SMOKE' : ''}`],
-    ['load generator', `${wrkLine ?? 'wrk not found'}, 1 thread; an undici loop for fixed request lists`],
+    ['load generator', `${wrkLine ?? 'wrk not found'}, 1 thread; an open-loop fixed-rate generator (lib/open-loop.mjs, Node, own process) for hit-rate; an undici loop for fixed request lists`],
     ['hit-path peers', `${nginxVersion() ?? 'nginx not found'}; ${varnishVersion() ?? 'varnishd not found'}`],
     ['hit connections', String(options.connections)],
     ['miss connections', String(options.missConnections)],

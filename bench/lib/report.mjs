@@ -17,11 +17,18 @@ export const SERVER_MIN = 0.9;
  * this share of the server's or the generator's core: queueing behind them is in the latencies.
  */
 export const OTHERS_MAX = 0.1;
+/**
+ * An open-loop run (open-loop.mjs) measures latency at the rate it asked for only when it sent
+ * that many requests and had that many answered: further off than this (a fraction of the rate)
+ * the generator fell behind or the server did not keep up, and the figure is INVALID.
+ */
+export const RATE_TOLERANCE = 0.01;
 
 /**
  * What a figure was measured on, for the INVALID rule: `name`, the per-run CPU shares of the
  * generator and the server side, how busy their cores were (to tell "the server was waiting" from
- * "other processes took its core"), and the failed requests (status >= 400, socket errors).
+ * "other processes took its core"), the failed requests (status >= 400, socket errors) and, for
+ * open-loop runs, how far the achieved rate was from the requested one.
  */
 export function side(name, runs) {
   return {
@@ -31,6 +38,8 @@ export function side(name, runs) {
     serverCore: runs.map((r) => r.serverCoreBusy),
     generatorCore: runs.map((r) => r.generatorCoreBusy),
     failed: runs.reduce((n, r) => n + r.errorStatuses + r.socketErrors, 0),
+    // Open-loop runs only: how far each run's sent and answered rates were from the requested one.
+    rateOff: runs.map((r) => (r.requestedRate === undefined ? 0 : Math.max(Math.abs(r.sentRate / r.requestedRate - 1), Math.abs(r.rps / r.requestedRate - 1)))),
   };
 }
 
@@ -53,6 +62,8 @@ export function invalidReasons(sides, rule) {
       reasons.push(`${s.name} server CPU ${fmt(server, 2)} < ${SERVER_MIN}${rest}${generator}`);
     }
     if (s.failed > 0) reasons.push(`${s.name}: ${s.failed} failed requests`);
+    const off = Math.max(0, ...s.rateOff.map((x) => (Number.isFinite(x) ? x : Infinity)));
+    if (off > RATE_TOLERANCE) reasons.push(`${s.name} achieved rate off the requested one by ${fmt(off * 100, 1)}% > ${RATE_TOLERANCE * 100}%`);
   }
   return reasons;
 }
@@ -92,7 +103,7 @@ export function evaluate(figure) {
 }
 
 /**
- * One row per target of a scenario's interleaved rounds: medians of req/s, p50 and p99, their
+ * One row per target of a scenario's interleaved rounds: medians of req/s, p50, p99 and p99.9, their
  * ratios to the `baseline` target's medians, the CPU shares (with how busy each core was),
  * bytes per response and whether the target's own runs pass the INVALID rule (`rule` as in
  * `invalidReasons`).
@@ -107,7 +118,7 @@ export function targetsTable({ title, targets, results, baseline, rule }) {
   };
   return {
     title,
-    head: ['target', 'req/s', `x ${baseline}`, 'p50 ms', 'p99 ms', `p99 x ${baseline}`, 'generator CPU (core busy)', 'server CPU (core busy)', 'bytes/response', 'valid'],
+    head: ['target', 'req/s', `x ${baseline}`, 'p50 ms', 'p99 ms', `p99 x ${baseline}`, 'p99.9 ms', 'generator CPU (core busy)', 'server CPU (core busy)', 'bytes/response', 'valid'],
     rows: targets.map((t) => {
       const reasons = invalidReasons([side(t.name, results[t.name])], rule);
       return [
@@ -117,6 +128,7 @@ export function targetsTable({ title, targets, results, baseline, rule }) {
         fmt(med(t.name, 'p50'), 3),
         fmt(med(t.name, 'p99'), 3),
         ratio(t.name, 'p99'),
+        fmt(med(t.name, 'p999'), 3),
         `${fmt(med(t.name, 'generatorCpu'), 2)} (${fmt(med(t.name, 'generatorCoreBusy'), 2)})`,
         `${fmt(med(t.name, 'serverCpu'), 2)} (${fmt(med(t.name, 'serverCoreBusy'), 2)})`,
         fmt(med(t.name, 'bytesPerResponse'), 0),
@@ -203,6 +215,7 @@ export function writeResults(file, { env, settings, figures, tables, notes, erro
     "- Generator CPU is wrk's own user + system time (bash `times` after wrk exits); server CPU is utime + stime of the server's processes from /proc (every thread; varnishd's manager and cache child); both divided by wrk's measuring window.",
     '- Every target gets a warm-up run, then the measured runs go in interleaved rounds (round r runs every target once), so drift and neighbours hit every target alike; figures are medians over rounds, ratios are median against median. The hit path is paired: the ceiling runs right before every other target, in an order rotated each round, and its ratios are the median of each run against the ceiling run just before it (the speed of a core here drifts by up to a third within a minute, and in a fixed order the first targets of a round measured faster).',
     '- Hit path: one cached ~10 KB tweets page, keep-alive connections. The ceiling is a bare node:http server sending the same bytes with the same headers as a perch hit. perch runs with auth, its rate limit (in memory, or in Redis through `rate_limits_redis`), metrics and the access log at info written to a file. nginx and Varnish only serve the cached page (see the notes).',
+    '- Hit rate: open-loop load (lib/open-loop.mjs) at half of perch\'s saturated throughput: request i is due at start + i / rate, latency counts from that due time (no coordinated omission), 64 keep-alive connections with one request in flight each and one queue; the generator is a Node process pinned to the client CPU, its CPU and the server\'s read from /proc at the edges of its window; a run whose sent or answered rate is more than 1% off the requested one is INVALID.',
     '- Miss path: every request has a path of its own (a wrk Lua request() counting user ids, a new range per run), so each is a miss that perch forwards and stores; added latency is perch minus direct for each round, median over the rounds.',
     '- Economy: counts the requests reaching the upstream stand-in; each run starts from empty caches (fresh perch processes, Redis FLUSHALL). The 2-instance figure is reported only when perch actually wrote keys to Redis.',
     '- Memory: VmRSS of the perch process from /proc, 1 s after the fill finished; MiB = 2^20 bytes.',

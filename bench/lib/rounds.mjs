@@ -44,5 +44,5 @@ const pct = (x) => `${(x * 100).toFixed(0)}%`;
 
 function summary(r) {
   const failed = r.errorStatuses + r.socketErrors;
-  return `${r.rps.toFixed(0)} req/s, p50 ${r.p50.toFixed(3)} ms, p99 ${r.p99.toFixed(3)} ms, generator CPU ${pct(r.generatorCpu)} (core ${pct(r.generatorCoreBusy)} busy), server CPU ${pct(r.serverCpu)} (core ${pct(r.serverCoreBusy)} busy)${failed > 0 ? `, ${failed} failed` : ''}`;
+  return `${r.rps.toFixed(0)} req/s, p50 ${r.p50.toFixed(3)} ms, p99 ${r.p99.toFixed(3)} ms${r.p999 === undefined ? '' : `, p99.9 ${r.p999.toFixed(3)} ms`}, generator CPU ${pct(r.generatorCpu)} (core ${pct(r.generatorCoreBusy)} busy), server CPU ${pct(r.serverCpu)} (core ${pct(r.serverCoreBusy)} busy)${failed > 0 ? `, ${failed} failed` : ''}`;
 }

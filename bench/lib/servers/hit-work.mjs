@@ -2,14 +2,15 @@
 // plain bounds (minimal-path.mjs on node:http, raw-path.mjs on a bare socket): the key looked up
 // in a Map, the URL matched by one regex, a token bucket refilled and spent, the entry found in a
 // Map, a random request id, the per-request header values perch sends (cache-status with the TTL
-// left, age, rate-limit fields, max-age), three counters and a histogram bumped through nested
-// Maps, and the access line built with one template and written in 64 KB batches to a file
-// (perch's LineBatcher, the cheapest path measured).
+// left, age, rate-limit fields, max-age, the entry's ETag and Last-Modified), three counters and
+// a histogram bumped through nested Maps, and the access line built with one template and
+// written in 64 KB batches to a file (perch's LineBatcher, the cheapest path measured).
 import { randomUUID } from 'node:crypto';
 import { openSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { bodyFactory } from '../bodies.mjs';
+import { entityTag } from './hit-answer.mjs';
 
 const ROUTE = /^\/v1\/users\/(\d{1,19})\/tweets$/;
 const BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
@@ -25,7 +26,9 @@ export async function createHitWork({ root, logFile, userId, tweetsBytes }) {
   const log = new LineBatcher(openSync(logFile, 'a'));
   const body = bodyFactory({ tweetsBytes }).tweets(userId);
   const keys = new Map([['perch-bench-key-0123456789abcdef', { id: 'bench', capacity: 1e9, refill: 1e9 }]]);
-  const cache = new Map([[`/v1/users/${userId}/tweets`, { body, length: String(body.length), storedAt: Date.now(), ttlMs: 3_600_000 }]]);
+  const storedAt = Date.now();
+  // The validators are the entry's, made once when it is stored; a hit only sends them.
+  const cache = new Map([[`/v1/users/${userId}/tweets`, { body, length: String(body.length), storedAt, ttlMs: 3_600_000, etag: entityTag(body), lastModified: new Date(storedAt).toUTCString() }]]);
   const buckets = new Map();
   const counts = new Map();
   const histogram = { counts: new Array(BUCKETS.length + 1).fill(0), sum: 0, count: 0 };
@@ -59,6 +62,8 @@ export async function createHitWork({ root, logFile, userId, tweetsBytes }) {
       'ratelimit', `"unlimited";r=${Math.floor(bucket.tokens)};t=${Math.ceil((client.capacity - bucket.tokens) / client.refill)}`,
       'cache-control', `private, max-age=${age + ttl}`,
       'vary', 'X-API-Key',
+      'etag', entry.etag,
+      'last-modified', entry.lastModified,
       'content-type', 'application/json; charset=utf-8',
       'content-length', entry.length,
     ];
