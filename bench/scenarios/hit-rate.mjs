@@ -36,7 +36,7 @@ export async function hitRateScenario(ctx) {
 
     const headers = { 'x-api-key': BENCH_KEY };
     const saturate = (durationS) =>
-      wrk({ url: perch.url, path: HIT_PATH, headers, connections: options.connections, durationS, cpu: ctx.pin.clientCpu, serverCpu: ctx.pin.serverCpu, serverPids: [perch.proc.pid] });
+      wrk({ url: perch.url, path: HIT_PATH, headers, connections: options.connections, durationS, cpu: ctx.pin.clientCpu, serverCpu: ctx.pin.serverCpu, serverPids: perch.pids });
     await saturate(Math.min(options.warmupS, options.hitDurationS));
     const saturated = await saturate(options.hitDurationS);
     const rate = Math.max(100, Math.round((saturated.rps * LOAD_SHARE) / 100) * 100);
@@ -48,7 +48,7 @@ export async function hitRateScenario(ctx) {
 
     const targets = [
       { name: 'minimal', label: "bound: a hit's work, plainly, on node:http", url: minimal.url, pids: [minimal.proc.pid] },
-      { name: 'perch', label: 'perch, rate limits in memory', url: perch.url, pids: [perch.proc.pid] },
+      { name: 'perch', label: 'perch, rate limits in memory', url: perch.url, pids: perch.pids },
     ];
     const results = await interleavedRounds({
       targets,
