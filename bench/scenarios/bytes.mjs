@@ -11,10 +11,9 @@ import { BENCH_KEY, get, startPerch } from '../lib/perch.mjs';
 import { nginxVersion, startNginx } from '../lib/nginx.mjs';
 import { redisAvailable, redisCommand, startRedis } from '../lib/redis.mjs';
 import { side, targetsTable } from '../lib/report.mjs';
-import { interleavedRounds } from '../lib/rounds.mjs';
+import { hitRounds } from '../lib/hit-rounds.mjs';
 import { startUpstream } from '../lib/servers.mjs';
 import { startVarnish, varnishVersion } from '../lib/varnish.mjs';
-import { wrk } from '../lib/wrk.mjs';
 import { HIT_PATH } from './hit.mjs';
 
 const ACCEPT = 'br, gzip';
@@ -85,26 +84,7 @@ export async function bytesScenario(ctx) {
       targets.push({ name: 'varnish-gzip', label: 'Varnish, stored gzip', url: vn.url, pids: vn.pids, headers: { 'accept-encoding': ACCEPT } });
     } else notes.push('Varnish: skipped, not on PATH.');
 
-    const results = await interleavedRounds({
-      targets,
-      rounds: options.runs,
-      durationS: options.hitDurationS,
-      warmupS: Math.min(options.warmupS, options.hitDurationS),
-      log: ctx.log,
-      label: 'bytes',
-      pairWith: 'identity',
-      run: (t, durationS) =>
-        wrk({
-          url: t.url,
-          path: HIT_PATH,
-          headers: { 'x-api-key': BENCH_KEY, ...t.headers },
-          connections: options.connections,
-          durationS,
-          cpu: ctx.pin.clientCpu,
-          serverCpu: ctx.pin.serverCpu,
-          serverPids: t.pids,
-        }),
-    });
+    const results = await hitRounds(ctx, { targets, path: HIT_PATH, label: 'bytes', pairWith: 'identity' });
 
     const series = (name, field) => results[name].map((r) => r[field]);
     const cpuPerRequest = (r) => r.serverCpu / r.rps;

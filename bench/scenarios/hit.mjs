@@ -5,14 +5,13 @@
 // split perch's cost (its listener around a fixed answer; perch with the access log off; a hit's
 // work done plainly on bare node:http; the same work on a bare socket, without node:http). perch
 // runs as production does: auth, rate limit, metrics, access log at info written to a file.
-import { get, hasMetrics, BENCH_KEY, startPerch } from '../lib/perch.mjs';
+import { get, hasMetrics, startPerch } from '../lib/perch.mjs';
 import { nginxVersion, startNginx } from '../lib/nginx.mjs';
 import { redisAvailable, redisCommand, startRedis } from '../lib/redis.mjs';
 import { side, targetsTable } from '../lib/report.mjs';
-import { interleavedRounds } from '../lib/rounds.mjs';
+import { hitRounds } from '../lib/hit-rounds.mjs';
 import { startCeiling, startMinimalPath, startPerchShell, startRawPath, startUpstream } from '../lib/servers.mjs';
 import { varnishVersion, startVarnish } from '../lib/varnish.mjs';
-import { wrk } from '../lib/wrk.mjs';
 
 export const HIT_USER_ID = '1000000000000000001';
 export const HIT_PATH = `/v1/users/${HIT_USER_ID}/tweets`;
@@ -104,17 +103,7 @@ export async function hitScenario(ctx) {
       notes.push(`Varnish: ${varnish}, -s malloc,64m, thread_pools=1, working dir on tmpfs, VCL caching every 200 for 1 h keyed on URL + X-API-Key, nothing else changed; request log in shared memory only (no varnishncsa); no auth, rate limit or metrics.`);
     }
 
-    const results = await interleavedRounds({
-      targets,
-      rounds: options.runs,
-      durationS: options.hitDurationS,
-      warmupS: Math.min(options.warmupS, options.hitDurationS),
-      log: ctx.log,
-      label: 'hit',
-      pairWith: 'ceiling',
-      run: (t, durationS) =>
-        wrk({ url: t.url, path: HIT_PATH, headers: { 'x-api-key': BENCH_KEY }, connections: options.connections, durationS, cpu: ctx.pin.clientCpu, serverCpu: ctx.pin.serverCpu, serverPids: t.pids }),
-    });
+    const results = await hitRounds(ctx, { targets, path: HIT_PATH, label: 'hit', pairWith: 'ceiling' });
 
     const series = (name, field) => results[name].map((r) => r[field]);
     const sides = (name) => [side(name, results[name]), side('ceiling', results.ceiling)];

@@ -4,11 +4,10 @@
 // The sink (a node:http server in this process, answering 200 to every export) stands for a
 // collector; it runs outside the pinned server CPU, so its work is not charged to perch.
 import { createServer } from 'node:http';
-import { get, BENCH_KEY, perchConfig, startPerchYaml } from '../lib/perch.mjs';
+import { get, perchConfig, startPerchYaml } from '../lib/perch.mjs';
 import { side, targetsTable } from '../lib/report.mjs';
-import { interleavedRounds } from '../lib/rounds.mjs';
+import { hitRounds } from '../lib/hit-rounds.mjs';
 import { startUpstream } from '../lib/servers.mjs';
-import { wrk } from '../lib/wrk.mjs';
 import { HIT_PATH } from './hit.mjs';
 
 export async function tracingScenario(ctx) {
@@ -43,17 +42,7 @@ export async function tracingScenario(ctx) {
       { ...sampled, name: 'ratio-0.01', label: 'perch, tracing on, sample_ratio 0.01' },
       { ...all, name: 'ratio-1', label: 'perch, tracing on, sample_ratio 1' },
     ];
-    const results = await interleavedRounds({
-      targets,
-      rounds: options.runs,
-      durationS: options.hitDurationS,
-      warmupS: Math.min(options.warmupS, options.hitDurationS),
-      log: ctx.log,
-      label: 'tracing',
-      pairWith: 'off',
-      run: (t, durationS) =>
-        wrk({ url: t.url, path: HIT_PATH, headers: { 'x-api-key': BENCH_KEY }, connections: options.connections, durationS, cpu: ctx.pin.clientCpu, serverCpu: ctx.pin.serverCpu, serverPids: t.pids }),
-    });
+    const results = await hitRounds(ctx, { targets, path: HIT_PATH, label: 'tracing', pairWith: 'off' });
     const figure = (name, label, target) => ({
       id: `tracing.rps.${name}`,
       label: `hit throughput, ${label}, ${options.connections} conns (req/s)`,
