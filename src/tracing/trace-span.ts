@@ -26,6 +26,11 @@ export class TraceSpan {
     return this.#span.spanContext().spanId;
   }
 
+  /** False for a span the sampler dropped: it carries ids only, and nothing set on it is kept. */
+  get recording(): boolean {
+    return this.#span.isRecording();
+  }
+
   /** A span under this one; `client` for a call out of perch (Redis, the provider). */
   child(name: string, kind: 'internal' | 'client', attributes: Attributes): TraceSpan {
     const context = trace.setSpan(ROOT_CONTEXT, this.#span);
