@@ -1,7 +1,8 @@
 import type { IncomingMessage } from 'node:http';
 import { ROOT_CONTEXT, SpanKind, TraceFlags, defaultTextMapGetter, trace, type Attributes, type Span } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-proto';
+import { OTLPExporterBase, createOtlpNetworkExportDelegate, getSharedConfigurationDefaults } from '@opentelemetry/otlp-exporter-base';
+import { ProtobufTraceSerializer } from '@opentelemetry/otlp-transformer';
 import { resourceFromAttributes } from '@opentelemetry/resources';
 import { AlwaysOnSampler, BasicTracerProvider, BatchSpanProcessor, ParentBasedSampler } from '@opentelemetry/sdk-trace-base';
 import {
@@ -22,6 +23,7 @@ import { splitTarget } from '../url-table.js';
 import { PERCH_VERSION } from '../version.js';
 import { SummarizedExporter } from './export-failures.js';
 import { IdPool } from './id-pool.js';
+import { undiciTransport } from './undici-transport.js';
 import type { TracingSettings } from './settings.js';
 import { TraceSpan } from './trace-span.js';
 
@@ -78,7 +80,8 @@ export interface TracingOptions {
 export function createTracing(settings: TracingSettings, options: TracingOptions): Tracing {
   const ids = new IdPool();
   const random = options.random ?? Math.random;
-  const exporter = new SummarizedExporter(new OTLPTraceExporter({ url: settings.url, headers: { ...settings.headers } }), options);
+  const delegate = createOtlpNetworkExportDelegate(getSharedConfigurationDefaults(), ProtobufTraceSerializer, undiciTransport(settings.url, settings.headers));
+  const exporter = new SummarizedExporter(new OTLPExporterBase(delegate), options);
   const provider = new BasicTracerProvider({
     resource: resourceFromAttributes({ [ATTR_SERVICE_NAME]: settings.serviceName, 'service.version': PERCH_VERSION }),
     // Roots reach the SDK only once perch has decided to keep them (see above).
