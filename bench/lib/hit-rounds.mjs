@@ -6,18 +6,20 @@ import { wrk } from './wrk.mjs';
 
 /**
  * Runs `targets` ({ name, url, pids, headers? }) on `path` with the bench key plus each target's
- * own headers; `pairWith` names the target each other one is paired with (see rounds.mjs).
+ * own headers; `pairWith` names the target each other one is paired with, or `rotate` rotates
+ * unpaired rounds (see rounds.mjs). `rounds` and `durationS` default to the bench's options.
  */
-export function hitRounds(ctx, { targets, path, label, pairWith }) {
+export function hitRounds(ctx, { targets, path, label, pairWith, rotate, rounds = ctx.options.runs, durationS = ctx.options.hitDurationS }) {
   const { options } = ctx;
   return interleavedRounds({
     targets,
-    rounds: options.runs,
-    durationS: options.hitDurationS,
-    warmupS: Math.min(options.warmupS, options.hitDurationS),
+    rounds,
+    durationS,
+    warmupS: Math.min(options.warmupS, durationS),
     log: ctx.log,
     label,
     pairWith,
+    rotate,
     run: (t, durationS) =>
       wrk({
         url: t.url,
