@@ -5,14 +5,13 @@
 // BENCH_PROFILE_MISS=1 profiles the miss path instead: the page is not cached (ttl 0).
 // BENCH_PROFILE_TRACING=<sample_ratio> turns tracing on, exporting to an OTLP/HTTP sink in this process.
 import { createServer } from 'node:http';
-import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
-import os from 'node:os';
+import { readdirSync, rmSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { BENCH_KEY, ensureBuilt, get, metricsSection, perchConfig, startPerchYaml } from './lib/perch.mjs';
-import { installCleanup, pinning, pinSelf } from './lib/procs.mjs';
+import { BENCH_KEY, get, perchConfig, startPerchYaml } from './lib/perch.mjs';
 import { summarizeProfile } from './lib/profile.mjs';
 import { startUpstream } from './lib/servers.mjs';
+import { standaloneContext } from './lib/standalone.mjs';
 import { wrk } from './lib/wrk.mjs';
 import { HIT_PATH } from './scenarios/hit.mjs';
 
@@ -25,15 +24,8 @@ const topN = Number(process.env.BENCH_PROFILE_TOP ?? 10);
 const missPath = process.env.BENCH_PROFILE_MISS === '1';
 const traceRatio = process.env.BENCH_PROFILE_TRACING;
 
-installCleanup();
-const perchMain = join(repoRoot, 'dist', 'src', 'main.js');
-ensureBuilt(repoRoot, perchMain);
-const pin = pinning({ serverCpu: 0, clientCpu: 1 });
-pinSelf(pin.clientCpu);
-const tmpDir = mkdtempSync(join(os.tmpdir(), 'perch-profile-'));
-process.on('exit', () => rmSync(tmpDir, { recursive: true, force: true }));
-const ctx = { options: { logToFile: true }, pin, tmpDir, repoRoot, perchMain, log: console.error };
-ctx.metricsYaml = metricsSection(ctx);
+const ctx = standaloneContext({ repoRoot, tmpPrefix: 'perch-profile-' });
+const { pin } = ctx;
 const profileDir = join(benchDir, 'profiles', new Date().toISOString().replace(/[:.]/g, '-'));
 
 const window = { fromUs: 0, toUs: 0 };

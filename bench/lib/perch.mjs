@@ -56,14 +56,16 @@ export function metricsSection(ctx) {
  * Starts one perch instance pinned to the server CPU; resolves once it answers HTTP. Its log
  * (JSON lines, access log included) goes to a file in the temp dir, as in production, unless
  * `ctx.options.logToFile` is false (then /dev/null). `nodeArgs` go to node before perch's script
- * (V8 heap settings, say); `env` is added to the bench's environment; `node` is the runtime.
+ * (V8 heap settings, say); `env` is added to the bench's environment; `node` is the runtime (or
+ * a wrapper such as valgrind, with the runtime's path in `nodeArgs`); `startTimeoutMs` bounds the
+ * wait for the first answer.
  */
 export function startPerch(ctx, name, configOptions, options = {}) {
   return startPerchYaml(ctx, name, (port) => perchConfig({ ...configOptions, port, metricsYaml: ctx.metricsYaml }), options);
 }
 
 /** As `startPerch`, from the YAML `yamlFor(port)` returns, for scenarios that need their own keys and plans. */
-export async function startPerchYaml(ctx, name, yamlFor, { cpuProfileDir, nodeArgs: extraNodeArgs = [], env: extraEnv = {}, node = process.execPath } = {}) {
+export async function startPerchYaml(ctx, name, yamlFor, { cpuProfileDir, nodeArgs: extraNodeArgs = [], env: extraEnv = {}, node = process.execPath, startTimeoutMs = 15_000 } = {}) {
   const port = await freePort();
   const configFile = join(ctx.tmpDir, `${name}.yaml`);
   writeFileSync(configFile, yamlFor(port));
@@ -84,7 +86,7 @@ export async function startPerchYaml(ctx, name, yamlFor, { cpuProfileDir, nodeAr
   });
   closeSync(logFd);
   const url = `http://127.0.0.1:${port}`;
-  await waitUntilServing(proc, `${url}/v1/users/1`, { timeoutMs: 15_000 });
+  await waitUntilServing(proc, `${url}/v1/users/1`, { timeoutMs: startTimeoutMs });
   // On Node 20 perch relaunches itself as a child to size its heap: its CPU and memory are the tree's.
   return { proc, url, port, configFile, logPath, pids: processTree(proc.pid) };
 }
