@@ -7,7 +7,7 @@
 // HITS more are sent, and the count is dumped. Every thread is counted (V8's background compiler
 // and GC included). The count still depends on the process: V8 compiles in the background and
 // on its own schedule. Measured here, tracing off read 115.7k-117.6k per hit in four processes,
-// but sample_ratio 0 read 118.3k and 132.8k in two and 0.01 122.7k-137.4k in four: run it more
+// but sample_ratio 0 read 118.3k and 132.8k in two and 0.01 122.7k-137.4k in three: run it more
 // than once. It says nothing of cache misses or stalls, and work on a timer weighs more per hit
 // under valgrind's slowdown, so it complements the wrk figure rather than replacing it.
 // BENCH_INSTR_WARMUP (80000), BENCH_INSTR_HITS (10000), BENCH_INSTR_VARIANTS (off,0,0.01).
