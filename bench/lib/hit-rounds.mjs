@@ -6,10 +6,10 @@ import { wrk } from './wrk.mjs';
 
 /**
  * Runs `targets` ({ name, url, pids, headers? }) on `path` with the bench key plus each target's
- * own headers; `pairWith` names the target each other one is paired with, or `rotate` rotates
- * unpaired rounds (see rounds.mjs). `rounds` and `durationS` default to the bench's options.
+ * own headers; `pairWith` names the target each other one is paired with (see rounds.mjs).
+ * `rounds` and `durationS` default to the bench's options.
  */
-export function hitRounds(ctx, { targets, path, label, pairWith, rotate, rounds = ctx.options.runs, durationS = ctx.options.hitDurationS }) {
+export function hitRounds(ctx, { targets, path, label, pairWith, rounds = ctx.options.runs, durationS = ctx.options.hitDurationS }) {
   const { options } = ctx;
   return interleavedRounds({
     targets,
@@ -19,7 +19,6 @@ export function hitRounds(ctx, { targets, path, label, pairWith, rotate, rounds 
     log: ctx.log,
     label,
     pairWith,
-    rotate,
     run: (t, durationS) =>
       wrk({
         url: t.url,

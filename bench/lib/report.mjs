@@ -38,6 +38,10 @@ export function side(name, runs) {
     serverCore: runs.map((r) => r.serverCoreBusy),
     generatorCore: runs.map((r) => r.generatorCoreBusy),
     failed: runs.reduce((n, r) => n + r.errorStatuses + r.socketErrors, 0),
+    // Side-by-side runs only (shared-core.mjs): both sides' shares of the one client core and of
+    // the one server core.
+    pairGenerator: runs.map((r) => r.pairGeneratorCpu),
+    pairServer: runs.map((r) => r.pairServerCpu),
     // Open-loop runs only: how far each run's sent and answered rates were from the requested one.
     rateOff: runs.map((r) => (r.requestedRate === undefined ? 0 : Math.max(Math.abs(r.sentRate / r.requestedRate - 1), Math.abs(r.rps / r.requestedRate - 1)))),
   };
@@ -47,19 +51,23 @@ export function side(name, runs) {
 export function invalidReasons(sides, rule) {
   const reasons = [];
   for (const s of sides) {
-    const generator = median(s.generator);
-    const server = median(s.server);
-    if (!(generator <= GENERATOR_MAX)) reasons.push(`${s.name} generator CPU ${fmt(generator, 2)} > ${GENERATOR_MAX}`);
-    if (rule === 'throughput' && !(server >= SERVER_MIN)) {
+    // Side by side (rule 'shared-core'), two generators share the client core and two servers the
+    // server core: the rule holds for the two together, which is what each core carried.
+    const shared = rule === 'shared-core';
+    const generator = median(shared ? s.pairGenerator : s.generator);
+    const server = median(shared ? s.pairServer : s.server);
+    const both = shared ? ' (both sides)' : '';
+    if (!(generator <= GENERATOR_MAX)) reasons.push(`${s.name} generator CPU${both} ${fmt(generator, 2)} > ${GENERATOR_MAX}`);
+    if ((rule === 'throughput' || shared) && !(server >= SERVER_MIN)) {
       // Where the rest of the core went: other processes (a noisy machine) or idle (the server
       // waited, e.g. on a starved generator).
-      const others = median(s.serverCore.map((busy, i) => busy - s.server[i]));
+      const others = median(s.serverCore.map((busy, i) => busy - (shared ? s.pairServer : s.server)[i]));
       const idle = median(s.serverCore.map((busy) => 1 - busy));
       const rest = Number.isFinite(idle) ? ` (rest of its core: ${fmt(Math.max(0, others), 2)} other processes, ${fmt(idle, 2)} idle)` : '';
       // An idle server with a generator to spare is usually a generator whose core others took.
-      const starved = median(s.generatorCore.map((busy, i) => busy - s.generator[i]));
+      const starved = median(s.generatorCore.map((busy, i) => busy - (shared ? s.pairGenerator : s.generator)[i]));
       const generator = starved > OTHERS_MAX ? `; other processes used ${fmt(starved, 2)} of the generator's core` : '';
-      reasons.push(`${s.name} server CPU ${fmt(server, 2)} < ${SERVER_MIN}${rest}${generator}`);
+      reasons.push(`${s.name} server CPU${both} ${fmt(server, 2)} < ${SERVER_MIN}${rest}${generator}`);
     }
     if (s.failed > 0) reasons.push(`${s.name}: ${s.failed} failed requests`);
     const off = Math.max(0, ...s.rateOff.map((x) => (Number.isFinite(x) ? x : Infinity)));
@@ -82,7 +90,7 @@ function noise(sides) {
 
 /**
  * Resolves each figure to its median, baseline, ratio and verdict. A figure with `sides` (and
- * `rule`: 'throughput' or 'latency') is INVALID when its runs or its baseline's break the rule
+ * `rule`: 'throughput', 'shared-core' or 'latency') is INVALID when its runs or its baseline's break the rule
  * above; otherwise PASS/MISS against its target, a latency figure marked noisy (OTHERS_MAX).
  */
 export function evaluate(figure) {
@@ -106,14 +114,16 @@ export function evaluate(figure) {
  * One row per target of a scenario's interleaved rounds: medians of req/s, p50, p99 and p99.9, their
  * ratios to the `baseline` target's medians, the CPU shares (with how busy each core was),
  * bytes per response and whether the target's own runs pass the INVALID rule (`rule` as in
- * `invalidReasons`).
+ * `invalidReasons`). `pairedOnly`: ratios only for rows whose runs carry their own baseline run.
  */
-export function targetsTable({ title, targets, results, baseline, rule }) {
+export function targetsTable({ title, targets, results, baseline, rule, pairedOnly = false }) {
   const med = (name, field) => median(results[name].map((r) => r[field]));
-  // With paired runs (rounds.mjs `pairWith`), the median of each run's ratio to its own baseline run.
+  // With paired runs (rounds.mjs `pairWith`, shared-core.mjs), the median of each run's ratio to
+  // its own baseline run. `pairedOnly`: a row without one (another pair's baseline) gets none.
   const ratio = (name, field) => {
     const runs = results[name];
     const paired = name !== baseline && runs.every((r) => r.baselineRun !== undefined);
+    if (!paired && name !== baseline && pairedOnly) return '-';
     return `${fmt(paired ? median(runs.map((r) => r[field] / r.baselineRun[field])) : med(name, field) / med(baseline, field), 3)}x`;
   };
   return {
@@ -184,7 +194,7 @@ export function writeResults(file, { env, settings, figures, tables, notes, erro
   const md = [];
   md.push('# perch benchmark results', '');
   md.push(
-    `Generated by \`npm run bench\` in bench/. Each figure is the median of the rounds listed; the ratio is the median against its baseline's median, or, for paired figures (the hit path), the median of each run's ratio to the baseline run made just before it. Generator and server CPU are the median share of one core used by the load generator (wrk) and by the server's processes during the runs (figure / baseline); in the per-target tables, "core busy" is how busy that core was whoever used it, so a share well below it means other processes took the core. A figure is **INVALID** instead of PASS/MISS when the generator used more than ${GENERATOR_MAX} of its core, when a throughput figure's server used less than ${SERVER_MIN} of its own (latency figures: the generator rule only), or when any request failed; the reason is given. A latency figure is marked noisy (its verdict kept) when other processes used more than ${OTHERS_MAX} of the server's or the generator's core beyond the bench's own share.`,
+    `Generated by \`npm run bench\` in bench/. Each figure is the median of the rounds listed; the ratio is the median against its baseline's median, or, for paired figures (the hit path), the median of each run's ratio to the baseline run made just before it. Generator and server CPU are the median share of one core used by the load generator (wrk) and by the server's processes during the runs (figure / baseline); in the per-target tables, "core busy" is how busy that core was whoever used it, so a share well below it means other processes took the core. A figure is **INVALID** instead of PASS/MISS when the generator used more than ${GENERATOR_MAX} of its core, when a throughput figure's server used less than ${SERVER_MIN} of its own (latency figures: the generator rule only), or when any request failed; the reason is given. Figures measured side by side (two servers sharing the server core, each loaded by its own wrk on the client core: the tracing scenario) are held to the same rule for the two together: both generators under ${GENERATOR_MAX} of the client core, both servers over ${SERVER_MIN} of the server core. A latency figure is marked noisy (its verdict kept) when other processes used more than ${OTHERS_MAX} of the server's or the generator's core beyond the bench's own share.`,
     '',
   );
   if (settings.smoke) md.push(`> **Smoke run** (${settings.durationS} s x ${settings.runs}): figures are noisy and only show that the harness works.`, '');

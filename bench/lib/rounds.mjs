@@ -12,19 +12,18 @@
 // The baseline of a pair runs twice as often as anything else, and pairing was measured to favour
 // it: in the tracing scenario a second tracing-off process paired with the first (an A/A control)
 // read 0.78-0.97x in six runs of 3-6 rounds, with the order in each pair fixed or alternating and
-// with fresh processes each round, while unpaired rotated rounds read it 1.013x and 0.971x (two
-// runs of 25 rounds of 2 s; bench/RESULTS.md). Without `pairWith`, `rotate` runs every target
-// once a round in an order rotated by one, so all of them are loaded alike; ratios then come
-// from each round. The hit scenario keeps its pairing for now: its ratios against the ceiling
-// may carry the same bias, which a full run with an A/A control there would show.
+// with fresh processes each round. Rotated unpaired rounds read it 1.013x and 0.971x over 25
+// rounds, but 0.76-1.80x round by round. The tracing scenario now measures side by side on one
+// core instead (shared-core.mjs), where the control reads 0.98-1.02x per run. The hit scenario
+// keeps its pairing for now: its ratios against the ceiling may carry the same bias, which a full
+// run with an A/A control there would show.
 
 /**
  * `run(target, durationS, runNo)` performs one run (runNo counts every run, warm-ups included, so
  * a run can make paths of its own). Resolves with each target's measured runs, by name; with
  * `pairWith`, each other target's run carries `baselineRun`, the baseline run just before it.
- * `rotate` (without `pairWith`) rotates the order of the targets by one each round.
  */
-export async function interleavedRounds({ targets, rounds, durationS, warmupS, run, log, label, pairWith, rotate = false }) {
+export async function interleavedRounds({ targets, rounds, durationS, warmupS, run, log, label, pairWith }) {
   let runNo = 0;
   for (const t of targets) {
     const w = await run(t, warmupS, runNo++);
@@ -34,8 +33,7 @@ export async function interleavedRounds({ targets, rounds, durationS, warmupS, r
   const baseline = targets.find((t) => t.name === pairWith);
   const others = targets.filter((t) => t !== baseline);
   for (let r = 0; r < rounds; r++) {
-    const rotated = (list) => list.map((_, i) => list[(i + r) % list.length]);
-    const order = baseline !== undefined ? rotated(others) : rotate ? rotated(targets) : targets;
+    const order = baseline !== undefined ? others.map((_, i) => others[(i + r) % others.length]) : targets;
     for (const t of order) {
       let baselineRun;
       if (baseline !== undefined) {

@@ -1,22 +1,24 @@
-// Tracing's cost on the hit path (issue 24): the same cached page as the hit scenario at
-// `connections` connections, perch with tracing off against perch exporting to an OTLP/HTTP sink
-// at sample_ratio 0.01 and at 1, and a second tracing-off process: the A/A control, whose ratio
-// is what the method and the machine alone make of two identical servers. Not paired with a
-// baseline (a baseline that runs twice as often was measured to read faster, rounds.mjs): every
-// target runs once a round in a rotated order, and a ratio is the median over the rounds of each
-// round's run against that round's tracing-off run. One run against the next differs by up to a
-// third here, so the scenario makes many short rounds: ROUNDS of DURATION_S (more with BENCH_RUNS).
+// Tracing's cost on the hit path (issue 24): the same cached page as the hit scenario, perch with
+// tracing off against perch exporting to an OTLP/HTTP sink at sample_ratio 0.01 and at 1, and a
+// second tracing-off process: the A/A control, whose ratio is what the method and the machine
+// alone make of two identical servers. Each is measured side by side with a tracing-off process of
+// its own on the same core (lib/shared-core.mjs), `connections` connections each: runs one after the
+// other, paired or rotated, read the A/A control anywhere from 0.6x to 1.8x per round on this
+// machine, side by side 0.98-1.02x. ROUNDS of DURATION_S per pair (more with BENCH_RUNS).
 // The sink (a node:http server in this process, answering 200 to every export) stands for a
 // collector; it runs outside the pinned server CPU, so its work is not charged to perch.
 import { createServer } from 'node:http';
 import { get, perchConfig, startPerchYaml } from '../lib/perch.mjs';
 import { side, targetsTable } from '../lib/report.mjs';
-import { hitRounds } from '../lib/hit-rounds.mjs';
+import { median } from '../lib/stats.mjs';
+import { sharedCoreRounds } from '../lib/shared-core.mjs';
 import { startUpstream } from '../lib/servers.mjs';
 import { HIT_PATH } from './hit.mjs';
 
-const ROUNDS = 25;
-const DURATION_S = 2;
+const ROUNDS = 10;
+const DURATION_S = 5;
+/** Long enough for each process's code to settle: V8 recompiles most of the hot path once after some 10 s of load (README, Tracing). */
+const WARMUP_S = 20;
 
 export async function tracingScenario(ctx) {
   const { options } = ctx;
@@ -42,36 +44,48 @@ export async function tracingScenario(ctx) {
       if (hit.status !== 200 || !String(hit.headers['cache-status']).startsWith('perch; hit')) throw new Error(`${name}: the second request is not a hit`);
       return { name, url: perch.url, pids: perch.pids };
     };
-    const off = await start('perch-trace-off', '');
-    const control = await start('perch-trace-off-2', '');
-    const sampled = await start('perch-trace-0.01', `tracing: { endpoint: "${endpoint}", sample_ratio: 0.01 }\n`);
-    const all = await start('perch-trace-1', `tracing: { endpoint: "${endpoint}", sample_ratio: 1 }\n`);
-    const targets = [
-      { ...off, name: 'off', label: 'perch, tracing off' },
-      { ...control, name: 'off-control', label: 'perch, tracing off, a second process (A/A control)' },
-      { ...sampled, name: 'ratio-0.01', label: 'perch, tracing on, sample_ratio 0.01' },
-      { ...all, name: 'ratio-1', label: 'perch, tracing on, sample_ratio 1' },
-    ];
-    const results = await hitRounds(ctx, { targets, path: HIT_PATH, label: 'tracing', rotate: true, rounds: Math.max(ROUNDS, options.runs), durationS: DURATION_S });
+    // Each target beside a tracing-off process of its own, so every process carries the same load.
+    const pairs = [];
+    for (const [name, label, tracing] of [
+      ['off-control', 'perch, tracing off (A/A control)', ''],
+      ['ratio-0.01', 'perch, tracing on, sample_ratio 0.01', `tracing: { endpoint: "${endpoint}", sample_ratio: 0.01 }\n`],
+      ['ratio-1', 'perch, tracing on, sample_ratio 1', `tracing: { endpoint: "${endpoint}", sample_ratio: 1 }\n`],
+    ]) {
+      const baseline = { ...(await start(`perch-trace-off-beside-${name}`, '')), name: `off-beside-${name}`, label: `perch, tracing off, beside ${name}` };
+      pairs.push({ baseline, target: { ...(await start(`perch-trace-${name}`, tracing)), name, label } });
+    }
+    const results = await sharedCoreRounds(ctx, { pairs, path: HIT_PATH, label: 'tracing', rounds: Math.max(ROUNDS, options.runs), durationS: DURATION_S, warmupS: WARMUP_S });
     const figure = (name, label, target) => ({
       id: `tracing.rps.${name}`,
       label: `hit throughput, ${label}, ${options.connections} conns (req/s)`,
       runs: results[name].map((r) => r.rps),
-      baseline: { label: 'tracing off', runs: results.off.map((r) => r.rps) },
-      pairRatios: results[name].map((r, i) => r.rps / results.off[i].rps),
+      baseline: { label: 'tracing off, beside it', runs: results[name].map((r) => r.baselineRun.rps) },
+      pairRatios: results[name].map((r) => r.rps / r.baselineRun.rps),
       target,
       decimals: 0,
-      sides: [side(name, results[name]), side('off', results.off)],
-      rule: 'throughput',
+      sides: [side(name, results[name])],
+      rule: 'shared-core',
     });
     return {
       figures: [
-        figure('ratio-0.01', 'tracing on, sample_ratio 0.01', { text: '>= 0.95x tracing off (per round)', pass: (v, b, ratio) => ratio >= 0.95 }),
+        figure('ratio-0.01', 'tracing on, sample_ratio 0.01', { text: '>= 0.95x tracing off (side by side)', pass: (v, b, ratio) => ratio >= 0.95 }),
         figure('ratio-1', 'tracing on, sample_ratio 1', { text: 'reported (no target)', pass: () => true }),
         figure('off-control', 'tracing off, a second process (A/A control)', { text: 'reported: the method\'s own reading of no difference', pass: () => true }),
       ],
-      tables: [targetsTable({ title: `Tracing on the hit path, ${options.connections} connections (medians over ${results.off.length} rounds of ${DURATION_S} s, targets rotated)`, targets, results, baseline: 'off', rule: 'throughput' })],
-      notes: [`Tracing: spans exported to an OTLP/HTTP sink in the bench process (${exports} export requests received over the scenario); sample_ratio 0.01 records one new trace in a hundred, sample_ratio 1 every one.`],
+      tables: [
+        targetsTable({
+          title: `Tracing on the hit path, ${options.connections} connections per server, each target side by side with a tracing-off process of its own on one core (medians over ${results['ratio-0.01'].length} runs of ${DURATION_S} s; a target's ratios: the median of each run's ratio to the run beside it; CPU shares: this side's, of the one core the two servers share)`,
+          targets: pairs.flatMap((p) => [p.baseline, p.target]),
+          results,
+          baseline: pairs[0].baseline.name,
+          rule: 'shared-core',
+          pairedOnly: true,
+        }),
+      ],
+      notes: [
+        `Tracing: spans exported to an OTLP/HTTP sink in the bench process (${exports} export requests received over the scenario); sample_ratio 0.01 records one new trace in a hundred, sample_ratio 1 every one.`,
+        `Tracing, server CPU per hit against the tracing-off process beside it (median of the runs' ratios): ${pairs.map(({ target: t }) => `${t.name} ${median(results[t.name].map((r) => r.serverCpu / r.rps / (r.baselineRun.serverCpu / r.baselineRun.rps))).toFixed(3)}x`).join(', ')}.`,
+      ],
     };
   } finally {
     for (const proc of stops.reverse()) await proc.stop();
