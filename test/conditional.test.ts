@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { httpDate, notModified } from '../src/server/conditional.js';
+import fc from 'fast-check';
+import { FORMATTED_MAX, formattedDatesHeld, httpDate, notModified } from '../src/server/conditional.js';
 
 const TAG = '"abc"';
 const MODIFIED = Date.UTC(2026, 0, 1, 12, 0, 0, 750);
@@ -38,4 +39,24 @@ test('If-Modified-Since: whole seconds, no earlier than Last-Modified; ignored w
 
 test('Last-Modified is an IMF-fixdate', () => {
   assert.equal(httpDate(MODIFIED), 'Thu, 01 Jan 2026 12:00:00 GMT');
+  assert.equal(httpDate(MODIFIED + 249), 'Thu, 01 Jan 2026 12:00:00 GMT', 'whole seconds');
+  assert.equal(httpDate(MODIFIED + 250), 'Thu, 01 Jan 2026 12:00:01 GMT', 'whole seconds');
+});
+
+test('Last-Modified from the formatted-date cache is what Date would write, for any time, before and after the cache fills', { timeout: 30_000 }, () => {
+  // Times within a few hours, so seconds repeat (served from the cache) and the 4096-second
+  // bound is crossed (the cache cleared and refilled) within one run.
+  fc.assert(
+    fc.property(fc.array(fc.integer({ min: MODIFIED - 10_000_000, max: MODIFIED + 10_000_000 }), { minLength: 1, maxLength: 200 }), (times) => {
+      for (const ms of times) assert.equal(httpDate(ms), new Date(ms).toUTCString());
+    }),
+    { numRuns: 300 },
+  );
+});
+
+test('the formatted-date cache holds at most its bound, whatever the traffic', () => {
+  for (let second = 0; second < 3 * FORMATTED_MAX; second++) {
+    httpDate(MODIFIED + second * 1000);
+    assert.ok(formattedDatesHeld() <= FORMATTED_MAX, `${formattedDatesHeld()} held after ${second + 1} seconds`);
+  }
 });

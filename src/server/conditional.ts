@@ -42,7 +42,28 @@ function listsTag(list: string, etag: string): boolean {
   return false;
 }
 
+/**
+ * Dates already formatted, by whole second. Every 200 hit sends `Last-Modified`, and
+ * `toUTCString` took 0.8-1.1 µs a call here (3.3% of a hit's CPU in a profile) against 20-40 ns
+ * for the lookup; hot entries share a few stored-at seconds. Cleared when full, so it stays a
+ * few hundred KiB whatever the traffic.
+ */
+const FORMATTED = new Map<number, string>();
+export const FORMATTED_MAX = 4096;
+
+/** How many formatted dates are held: for the test of the bound. */
+export function formattedDatesHeld(): number {
+  return FORMATTED.size;
+}
+
 /** `Last-Modified`: an IMF-fixdate of whole seconds. */
 export function httpDate(ms: number): string {
-  return new Date(ms).toUTCString();
+  const second = Math.floor(ms / 1000);
+  let date = FORMATTED.get(second);
+  if (date === undefined) {
+    if (FORMATTED.size >= FORMATTED_MAX) FORMATTED.clear();
+    date = new Date(second * 1000).toUTCString();
+    FORMATTED.set(second, date);
+  }
+  return date;
 }
