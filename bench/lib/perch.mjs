@@ -65,7 +65,7 @@ export function startPerch(ctx, name, configOptions, options = {}) {
 }
 
 /** As `startPerch`, from the YAML `yamlFor(port)` returns, for scenarios that need their own keys and plans. */
-export async function startPerchYaml(ctx, name, yamlFor, { cpuProfileDir, nodeArgs: extraNodeArgs = [], env: extraEnv = {}, node = process.execPath, startTimeoutMs = 15_000 } = {}) {
+export async function startPerchYaml(ctx, name, yamlFor, { cpuProfileDir, nodeArgs: extraNodeArgs = [], env: extraEnv = {}, node = process.execPath, startTimeoutMs = 15_000, ownSession = false } = {}) {
   const port = await freePort();
   const configFile = join(ctx.tmpDir, `${name}.yaml`);
   writeFileSync(configFile, yamlFor(port));
@@ -83,6 +83,7 @@ export async function startPerchYaml(ctx, name, yamlFor, { cpuProfileDir, nodeAr
     cwd: ctx.repoRoot,
     env,
     stdout: logFd,
+    ownSession,
   });
   closeSync(logFd);
   const url = `http://127.0.0.1:${port}`;

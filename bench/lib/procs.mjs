@@ -77,10 +77,13 @@ function killAllNow() {
 /**
  * Spawns `command args` pinned to `cpu` (taskset -c, which execs, so the pid is the program's).
  * stdout is piped unless `stdout` is given (a file descriptor or 'ignore'); stderr is kept (last
- * 8 KB) for error messages.
+ * 8 KB) for error messages. `ownSession`: in a session of its own (setsid), so that with Linux's
+ * autogroup scheduling it gets the share of a core perch gets (lib/shared-core.mjs).
  */
-export function start(name, command, args, { cpu = null, cwd, env, stdout = 'pipe' } = {}) {
-  const [file, argv] = cpu === null ? [command, args] : ['taskset', ['-c', String(cpu), command, ...args]];
+export function start(name, command, args, { cpu = null, cwd, env, stdout = 'pipe', ownSession = false } = {}) {
+  // `setsid` execs in place (a spawned child leads no process group), so the PID stays the server's.
+  const [cmd, cmdArgs] = ownSession ? ['setsid', [command, ...args]] : [command, args];
+  const [file, argv] = cpu === null ? [cmd, cmdArgs] : ['taskset', ['-c', String(cpu), cmd, ...cmdArgs]];
   const child = spawn(file, argv, { cwd, env: env ?? process.env, stdio: ['ignore', stdout, 'pipe'] });
   children.add(child);
   let stderr = '';

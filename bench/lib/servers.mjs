@@ -6,8 +6,8 @@ import { start, waitForLine } from './procs.mjs';
 
 const script = (name) => fileURLToPath(new URL(`./servers/${name}.mjs`, import.meta.url));
 
-async function startScript(ctx, name, env = {}) {
-  const proc = start(name, process.execPath, [script(name)], { cpu: ctx.pin.serverCpu, env: { ...process.env, ...env } });
+async function startScript(ctx, name, env = {}, { ownSession = false } = {}) {
+  const proc = start(name, process.execPath, [script(name)], { cpu: ctx.pin.serverCpu, env: { ...process.env, ...env }, ownSession });
   const [, port] = await waitForLine(proc, /^LISTENING (\d+)$/);
   return { proc, port: Number(port), url: `http://127.0.0.1:${port}` };
 }
@@ -34,9 +34,9 @@ export function startPerchShell(ctx, userId) {
 }
 
 /** The hit path's work done plainly on bare node:http (see servers/minimal-path.mjs). */
-export function startMinimalPath(ctx, userId) {
-  const logFile = ctx.options.logToFile ? join(ctx.tmpDir, 'minimal-path.log') : '/dev/null';
-  return startScript(ctx, 'minimal-path', { HIT_USER_ID: userId, PERCH_ROOT: ctx.repoRoot, LOG_FILE: logFile });
+export function startMinimalPath(ctx, userId, { ownSession = false, logName = 'minimal-path' } = {}) {
+  const logFile = ctx.options.logToFile ? join(ctx.tmpDir, `${logName}.log`) : '/dev/null';
+  return startScript(ctx, 'minimal-path', { HIT_USER_ID: userId, PERCH_ROOT: ctx.repoRoot, LOG_FILE: logFile }, { ownSession });
 }
 
 /** The same work on a bare socket, without node:http (see servers/raw-path.mjs). */

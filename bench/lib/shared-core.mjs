@@ -8,6 +8,13 @@
 // and 1.001x in a second set; rotated runs one after the other the same hour read 0.76-1.80x
 // per round (median 1.077x over 15 rounds).
 //
+// It needs the scheduler to give each side half the core: with Linux's autogroup scheduling
+// (/proc/sys/kernel/sched_autogroup_enabled), a process in a session of its own gets a share of
+// its own. perch on Node 20 relaunches itself in a new session to size its heap, so two perch
+// processes split the core evenly (0.49 each in every run of the tracing scenario), while perch
+// beside a bench script in the bench's session got 0.21-0.30 of it; with autogroup off the same
+// pair split 0.50/0.50. The INVALID rule checks the split (report.mjs, SPLIT_MIN).
+//
 // What it cannot see: work a server does off its own core (nothing here: every thread of a
 // server runs on the pinned CPU), and a difference in how the two share caches, which the A/A
 // control would show.

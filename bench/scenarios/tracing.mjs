@@ -37,7 +37,7 @@ export async function tracingScenario(ctx) {
     const upstream = await startUpstream(ctx);
     stops.push(upstream.proc);
     const start = async (name, tracing) => {
-      const perch = await startPerchYaml(ctx, name, (port) => perchConfig({ port, upstreamUrl: upstream.url, ttl: { tweets: 3600 }, metricsYaml: ctx.metricsYaml }) + tracing);
+      const perch = await startPerchYaml(ctx, name, (port) => perchConfig({ port, upstreamUrl: upstream.url, ttl: { tweets: 3600 }, metricsYaml: ctx.metricsYaml }) + tracing, { ownSession: true });
       stops.push(perch.proc);
       await get(perch.url, HIT_PATH);
       const hit = await get(perch.url, HIT_PATH);
