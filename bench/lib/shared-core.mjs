@@ -13,7 +13,8 @@
 // its own. perch on Node 20 relaunches itself in a new session to size its heap, so two perch
 // processes split the core evenly (0.49 each in every run of the tracing scenario), while perch
 // beside a bench script in the bench's session got 0.21-0.30 of it; with autogroup off the same
-// pair split 0.50/0.50. The INVALID rule checks the split (report.mjs, SPLIT_MIN).
+// pair split 0.50/0.50. So the servers of a side-by-side scenario are started in sessions of their
+// own (`ownSession`, procs.mjs), and the INVALID rule checks the split (report.mjs, SPLIT_MIN).
 //
 // What it cannot see: work a server does off its own core (nothing here: every thread of a
 // server runs on the pinned CPU), and a difference in how the two share caches, which the A/A
