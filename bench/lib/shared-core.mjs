@@ -20,6 +20,8 @@
 // server runs on the pinned CPU), and a difference in how the two share caches, which the A/A
 // control would show.
 import { BENCH_KEY } from './perch.mjs';
+import { side, targetsTable } from './report.mjs';
+import { median } from './stats.mjs';
 import { wrk } from './wrk.mjs';
 
 /**
@@ -64,6 +66,31 @@ export async function sharedCoreRounds(ctx, { pairs, path, label, rounds, durati
     }
   }
   return results;
+}
+
+/** A target's req/s figure: its runs, the baseline runs beside them, the median of their ratios. */
+export function sideBySideFigure(results, name, { id, label, baselineLabel, target }) {
+  return {
+    id,
+    label,
+    runs: results[name].map((r) => r.rps),
+    baseline: { label: baselineLabel, runs: results[name].map((r) => r.baselineRun.rps) },
+    pairRatios: results[name].map((r) => r.rps / r.baselineRun.rps),
+    target,
+    decimals: 0,
+    sides: [side(name, results[name])],
+    rule: 'shared-core',
+  };
+}
+
+/** Every process of `pairs`, baseline then target; ratios only for targets, against their own baseline. */
+export function sideBySideTable({ title, pairs, results }) {
+  return targetsTable({ title, targets: pairs.flatMap((p) => [p.baseline, p.target]), results, baseline: pairs[0].baseline.name, rule: 'shared-core', pairedOnly: true });
+}
+
+/** The median over a target's runs of its server CPU per answered request against the baseline's beside it. */
+export function cpuPerHitRatio(results, name) {
+  return median(results[name].map((r) => r.serverCpu / r.rps / (r.baselineRun.serverCpu / r.baselineRun.rps)));
 }
 
 const pct = (x) => `${(x * 100).toFixed(0)}%`;

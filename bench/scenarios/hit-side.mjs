@@ -5,10 +5,8 @@
 // cost (issue 22: perch at >= 0.95x the bound's req/s, CPU per hit <= 1.1x). Every server is
 // started in a session of its own, so the scheduler gives each the same share (shared-core.mjs).
 import { get, startPerch } from '../lib/perch.mjs';
-import { side, targetsTable } from '../lib/report.mjs';
 import { startMinimalPath, startUpstream } from '../lib/servers.mjs';
-import { sharedCoreRounds } from '../lib/shared-core.mjs';
-import { median } from '../lib/stats.mjs';
+import { cpuPerHitRatio, sharedCoreRounds, sideBySideFigure, sideBySideTable } from '../lib/shared-core.mjs';
 import { HIT_PATH, HIT_USER_ID, primeHit } from './hit.mjs';
 
 const ROUNDS = 10;
@@ -36,34 +34,26 @@ export async function hitSideScenario(ctx) {
       { baseline: await plain('plain-beside-control'), target: { ...(await plain('plain-control')), label: 'plain bound, a second process (A/A control)' } },
     ];
     const results = await sharedCoreRounds(ctx, { pairs, path: HIT_PATH, label: 'hit side by side', rounds: Math.max(ROUNDS, options.runs), durationS: DURATION_S, warmupS: WARMUP_S });
-    const cpuRatio = (name) => median(results[name].map((r) => r.serverCpu / r.rps / (r.baselineRun.serverCpu / r.baselineRun.rps)));
-    const figure = (name, label, target) => ({
-      id: `hit-side.rps.${name}`,
-      label: `hit throughput side by side with the plain bound on one core, ${label}, ${options.connections} conns each (req/s)`,
-      runs: results[name].map((r) => r.rps),
-      baseline: { label: 'plain bound, beside it', runs: results[name].map((r) => r.baselineRun.rps) },
-      pairRatios: results[name].map((r) => r.rps / r.baselineRun.rps),
-      target,
-      decimals: 0,
-      sides: [side(name, results[name])],
-      rule: 'shared-core',
-    });
+    const figure = (name, label, target) =>
+      sideBySideFigure(results, name, {
+        id: `hit-side.rps.${name}`,
+        label: `hit throughput side by side with the plain bound on one core, ${label}, ${options.connections} conns each (req/s)`,
+        baselineLabel: 'plain bound, beside it',
+        target,
+      });
     return {
       figures: [
         figure('perch', 'perch', { text: '>= 0.95x plain bound (side by side)', pass: (v, b, ratio) => ratio >= 0.95 }),
         figure('plain-control', 'a second plain bound (A/A control)', { text: "reported: the method's own reading of no difference", pass: () => true }),
       ],
       tables: [
-        targetsTable({
+        sideBySideTable({
           title: `Hit path side by side on one core, ${options.connections} connections per server (medians over ${results.perch.length} runs of ${DURATION_S} s; a target's ratios: the median of each run's ratio to the run beside it)`,
-          targets: pairs.flatMap((p) => [p.baseline, p.target]),
+          pairs,
           results,
-          baseline: pairs[0].baseline.name,
-          rule: 'shared-core',
-          pairedOnly: true,
         }),
       ],
-      notes: [`Hit side by side, server CPU per hit against the plain bound beside it (median of the runs' ratios; target for perch <= 1.1x): perch ${cpuRatio('perch').toFixed(3)}x, A/A control ${cpuRatio('plain-control').toFixed(3)}x.`],
+      notes: [`Hit side by side, server CPU per hit against the plain bound beside it (median of the runs' ratios; target for perch <= 1.1x): perch ${cpuPerHitRatio(results, 'perch').toFixed(3)}x, A/A control ${cpuPerHitRatio(results, 'plain-control').toFixed(3)}x.`],
     };
   } finally {
     for (const proc of stops.reverse()) await proc.stop();

@@ -9,9 +9,7 @@
 // collector; it runs outside the pinned server CPU, so its work is not charged to perch.
 import { createServer } from 'node:http';
 import { get, perchConfig, startPerchYaml } from '../lib/perch.mjs';
-import { side, targetsTable } from '../lib/report.mjs';
-import { median } from '../lib/stats.mjs';
-import { sharedCoreRounds } from '../lib/shared-core.mjs';
+import { cpuPerHitRatio, sharedCoreRounds, sideBySideFigure, sideBySideTable } from '../lib/shared-core.mjs';
 import { startUpstream } from '../lib/servers.mjs';
 import { HIT_PATH } from './hit.mjs';
 
@@ -55,17 +53,8 @@ export async function tracingScenario(ctx) {
       pairs.push({ baseline, target: { ...(await start(`perch-trace-${name}`, tracing)), name, label } });
     }
     const results = await sharedCoreRounds(ctx, { pairs, path: HIT_PATH, label: 'tracing', rounds: Math.max(ROUNDS, options.runs), durationS: DURATION_S, warmupS: WARMUP_S });
-    const figure = (name, label, target) => ({
-      id: `tracing.rps.${name}`,
-      label: `hit throughput, ${label}, ${options.connections} conns (req/s)`,
-      runs: results[name].map((r) => r.rps),
-      baseline: { label: 'tracing off, beside it', runs: results[name].map((r) => r.baselineRun.rps) },
-      pairRatios: results[name].map((r) => r.rps / r.baselineRun.rps),
-      target,
-      decimals: 0,
-      sides: [side(name, results[name])],
-      rule: 'shared-core',
-    });
+    const figure = (name, label, target) =>
+      sideBySideFigure(results, name, { id: `tracing.rps.${name}`, label: `hit throughput, ${label}, ${options.connections} conns (req/s)`, baselineLabel: 'tracing off, beside it', target });
     return {
       figures: [
         figure('ratio-0.01', 'tracing on, sample_ratio 0.01', { text: '>= 0.95x tracing off (side by side)', pass: (v, b, ratio) => ratio >= 0.95 }),
@@ -73,18 +62,15 @@ export async function tracingScenario(ctx) {
         figure('off-control', 'tracing off, a second process (A/A control)', { text: 'reported: the method\'s own reading of no difference', pass: () => true }),
       ],
       tables: [
-        targetsTable({
+        sideBySideTable({
           title: `Tracing on the hit path, ${options.connections} connections per server, each target side by side with a tracing-off process of its own on one core (medians over ${results['ratio-0.01'].length} runs of ${DURATION_S} s; a target's ratios: the median of each run's ratio to the run beside it; CPU shares: this side's, of the one core the two servers share)`,
-          targets: pairs.flatMap((p) => [p.baseline, p.target]),
+          pairs,
           results,
-          baseline: pairs[0].baseline.name,
-          rule: 'shared-core',
-          pairedOnly: true,
         }),
       ],
       notes: [
         `Tracing: spans exported to an OTLP/HTTP sink in the bench process (${exports} export requests received over the scenario); sample_ratio 0.01 records one new trace in a hundred, sample_ratio 1 every one.`,
-        `Tracing, server CPU per hit against the tracing-off process beside it (median of the runs' ratios): ${pairs.map(({ target: t }) => `${t.name} ${median(results[t.name].map((r) => r.serverCpu / r.rps / (r.baselineRun.serverCpu / r.baselineRun.rps))).toFixed(3)}x`).join(', ')}.`,
+        `Tracing, server CPU per hit against the tracing-off process beside it (median of the runs' ratios): ${pairs.map(({ target: t }) => `${t.name} ${cpuPerHitRatio(results, t.name).toFixed(3)}x`).join(', ')}.`,
       ],
     };
   } finally {
