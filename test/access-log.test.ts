@@ -8,6 +8,7 @@ import { createAccessLog, type AccessFields } from '../src/logging/access-log.js
 import { LineBatcher } from '../src/logging/line-batcher.js';
 import { waitFor } from './helpers/perch.js';
 import { createLogger } from '../src/logging/logger.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 const FIELDS: AccessFields = {
   req_id: 'id-1',
@@ -68,10 +69,10 @@ test('the access line follows the level: none below info, and again after a chan
 /** An empty file and its descriptor, both gone when the test ends. */
 function tempLogFile(t: TestContext): { file: string; fd: number } {
   const dir = mkdtempSync(join(tmpdir(), 'perch-lines-'));
-  t.after(() => rmSync(dir, { recursive: true, force: true }));
+  onCleanup(t, () => rmSync(dir, { recursive: true, force: true }));
   const file = join(dir, 'log');
   const fd = openSync(file, 'w');
-  t.after(() => closeSync(fd));
+  onCleanup(t, () => closeSync(fd));
   return { file, fd };
 }
 

@@ -4,6 +4,7 @@ import { Agent, request } from 'node:http';
 import { test } from 'node:test';
 import { KEY, OTHER_KEY, startPerch } from './helpers/perch.js';
 import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 const E401 = '{"error":{"message":"Invalid API key","code":"E401"}}';
 
@@ -81,7 +82,7 @@ test('one keep-alive connection that changes its key is judged on the key it sen
   const upstream = await startUpstream(t, sampleProvider);
   const perch = await startPerch(t, config(upstream.url));
   const agent = new Agent({ keepAlive: true, maxSockets: 1 });
-  t.after(() => agent.destroy());
+  onCleanup(t, () => agent.destroy());
   const sockets = new Set<unknown>();
   const get = (key: string) =>
     new Promise<number>((resolve, reject) => {

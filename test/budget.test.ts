@@ -7,6 +7,7 @@ import { ManualClock } from './helpers/clock.js';
 import { KEY, metric, OTHER_KEY, startPerch, testConfig, v1 } from './helpers/perch.js';
 import { startRedis } from './helpers/redis-server.js';
 import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 // Provider-call budgets per key over UTC calendar windows (rate_limits.<plan>.provider_calls).
 
@@ -77,7 +78,7 @@ test('with Redis the budget is the fleet\'s and outlives a restart', { timeout: 
   // 31 days of January less 10 hours.
   assert.deepEqual([spent.status, spent.headers.get('retry-after')], [429, String(31 * 86_400 - 10 * 3600)]);
   const inspector = new Redis(redis.url);
-  t.after(() => inspector.disconnect());
+  onCleanup(t, () => inspector.disconnect());
   assert.equal(await inspector.get(`perch:budget:{alpha}:${Date.parse('2026-01-01T00:00:00Z')}`), '2');
   const restarted = await startPerch(t, yaml, { clock });
   assert.equal((await restarted.request('/v1/users/4')).status, 429, 'a fresh instance finds the count in Redis');

@@ -8,6 +8,7 @@ import { createRedisClient } from '../src/redis/redis-client.js';
 import { ManualClock } from './helpers/clock.js';
 import { waitFor } from './helpers/perch.js';
 import { startRedis } from './helpers/redis-server.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 interface OpenStore {
   readonly store: CacheStore;
@@ -31,7 +32,7 @@ const TIERS: Record<string, (t: TestContext) => Promise<OpenStore>> = {
   redis: async (t) => {
     const redis = await startRedis(t);
     const client = createRedisClient({ url: redis.url, prefix: 'contract:', command_timeout_ms: 1000 }, 'contract-test');
-    t.after(() => client.disconnect());
+    onCleanup(t, () => client.disconnect());
     await new Promise((resolve) => client.once('ready', resolve));
     const expire = (key: string) => waitFor(async () => (await client.exists(`contract:c:${key}`)) === 0);
     return { store: new RedisStore(client, 'contract:'), expire };
@@ -103,7 +104,7 @@ for (const [tier, open] of Object.entries(TIERS)) {
 test('redis: values use the documented key, a 29-byte header and the tag before the raw body', async (t) => {
   const redis = await startRedis(t);
   const client = createRedisClient({ url: redis.url, prefix: 'p:', command_timeout_ms: 1000 }, 'contract-test');
-  t.after(() => client.disconnect());
+  onCleanup(t, () => client.disconnect());
   await new Promise((resolve) => client.once('ready', resolve));
   await new RedisStore(client, 'p:').set('/v1/users/1', entry('{"id":"1"}'), 60_000);
   const raw = await client.getBuffer('p:c:/v1/users/1');

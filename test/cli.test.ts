@@ -11,6 +11,7 @@ import { PERCH_VERSION } from '../src/version.js';
 import { waitFor } from './helpers/perch.js';
 import { tempDir } from './helpers/temp-dir.js';
 import { selfSignedCertificate } from './helpers/tls-files.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 const MAIN = fileURLToPath(new URL('../src/main.js', import.meta.url));
 const DEMO_CONFIG = fileURLToPath(new URL('../../config/perch.yaml', import.meta.url));
@@ -27,7 +28,7 @@ const T = { timeout: 20_000 };
 function run(t: TestContext, args: string[], env: NodeJS.ProcessEnv = {}): Promise<Run> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [MAIN, ...args], { env: { PATH: process.env.PATH, ...env } });
-    t.after(() => void child.kill('SIGKILL'));
+    onCleanup(t, () => void child.kill('SIGKILL'));
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));
@@ -92,7 +93,7 @@ test('the demo configuration serves fixture data to the printed curl line and st
     env: { PATH: process.env.PATH, PERCH_PORT: '0' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  t.after(() => void child.kill('SIGKILL'));
+  onCleanup(t, () => void child.kill('SIGKILL'));
   let stdout = '';
   let stderr = '';
   child.stdout.on('data', (d) => (stdout += d));
@@ -128,7 +129,7 @@ test('a heap limit too small for a full memory cache is a start-up warning with 
     env: { PATH: process.env.PATH, PERCH_PORT: '0' },
     stdio: ['ignore', 'pipe', 'ignore'],
   });
-  t.after(() => void child.kill('SIGKILL'));
+  onCleanup(t, () => void child.kill('SIGKILL'));
   let stdout = '';
   child.stdout.on('data', (d) => (stdout += d));
   await waitFor(() => stdout.includes(HEAP_LIMIT_WARNING));
@@ -190,7 +191,7 @@ upstreams: { demo: { kind: fixture } }
   assert.match(down.stderr, /perch: unhealthy: .*ECONNREFUSED/);
 
   const child = spawn(process.execPath, [MAIN, '--config', path], { env: { PATH: process.env.PATH }, stdio: ['ignore', 'ignore', 'pipe'] });
-  t.after(() => void child.kill('SIGKILL'));
+  onCleanup(t, () => void child.kill('SIGKILL'));
   let stderr = '';
   child.stderr.on('data', (d) => (stderr += d));
   await waitFor(() => stderr.includes('perch is up'), 10_000);

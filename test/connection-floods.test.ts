@@ -6,6 +6,7 @@ import { captureLogs } from './helpers/log-capture.js';
 import { KEY, startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { assertClosingError, holdConnection, onlyResponse, parseResponses, rawExchange, rawGet, type HeldSocket } from './helpers/raw-http.js';
 import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 // Sizes stay in the hundreds: other work shares the machine's cores, and each defect shows at
 // this scale as clearly as at ten thousand.
@@ -88,7 +89,7 @@ test('slow heads at the connection cap neither lock clients out nor slow them mu
   const drip = setInterval(() => {
     for (const socket of slow) if (!socket.socket.destroyed) socket.socket.write('X');
   }, 100);
-  t.after(() => clearInterval(drip));
+  onCleanup(t, () => clearInterval(drip));
   const latencies: number[] = [];
   for (let i = 0; i < 40; i++) {
     const answer = await oneShot(port);
@@ -124,7 +125,7 @@ test('while draining, in-flight answers say Connection: close and no further req
   const perch = createPerch({ config, logger: captureLogs().logger });
   const { port } = await perch.listen();
   let closing: Promise<void> | undefined;
-  t.after(() => closing ?? perch.close());
+  onCleanup(t, () => closing ?? perch.close());
 
   const silent = await holdMany(t, port, 3);
   const busy = await holdMany(t, port, 5);

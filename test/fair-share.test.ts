@@ -7,6 +7,7 @@ import { ManualClock } from './helpers/clock.js';
 import { KEY, OTHER_KEY, startPerch, waitFor, type RunningPerch, type TestResponse } from './helpers/perch.js';
 import { startRedis } from './helpers/redis-server.js';
 import { sampleProvider, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 // The provider's call cap shared among client keys (admission-queue.ts), end to end: real perch,
 // real upstream, the clock and timers in the test's hand, so the order of calls is exact.
@@ -96,7 +97,7 @@ test('provider_weight: a key of a plan of weight 3 gets three calls to one of we
 test('fleet-wide: in Redis a place under the cap goes to the least-served payer waiting on any instance', { timeout: 15_000 }, async (t) => {
   const redis = await startRedis(t);
   const clients = [new Redis(redis.url), new Redis(redis.url)] as const;
-  t.after(() => clients.forEach((c) => c.disconnect()));
+  onCleanup(t, () => clients.forEach((c) => c.disconnect()));
   const clock = new ManualClock();
   // Two instances' shared state. max_concurrent 1: a place frees only when a call finishes, so
   // the order is the test's, with no time in it.
@@ -174,7 +175,7 @@ test('fleet-wide, end to end: a crawler queued on instance A yields the next cal
   await waitFor(() => b.received() === 1);
   // B's ask has reached Redis: the app is registered as waiting before the place frees.
   const inspector = new Redis(redis.url);
-  t.after(() => inspector.disconnect());
+  onCleanup(t, () => inspector.disconnect());
   await waitFor(async () => (await inspector.zscore('perch:{up:main}:fairq', 'app')) !== null);
   for (let calls = 1; calls <= 4; calls++) {
     await waitFor(() => upstream.requests.length === calls && held.length === 1);

@@ -10,6 +10,7 @@ import { parseConfig } from '../src/config/load.js';
 import { KEY, pollFor, testConfig, v1, waitFor } from './helpers/perch.js';
 import { tempDir } from './helpers/temp-dir.js';
 import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 const MAIN = fileURLToPath(new URL('../src/main.js', import.meta.url));
 const DEMO_CONFIG = fileURLToPath(new URL('../../config/perch.yaml', import.meta.url));
@@ -34,7 +35,7 @@ function startDemo(t: TestContext, nodeArgs: string[] = [], env: NodeJS.ProcessE
     detached,
   });
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  t.after(() => {
+  onCleanup(t, () => {
     for (const pid of [...childrenOf(child.pid!), child.pid!]) kill(pid, 'SIGKILL');
   });
   let stdout = '';

@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { KEY, OTHER_KEY, testConfig, v1, waitFor } from './helpers/perch.js';
 import { tempDir } from './helpers/temp-dir.js';
 import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 const MAIN = fileURLToPath(new URL('../src/main.js', import.meta.url));
 const THIRD_KEY = 'test-key-charlie-0123456789';
@@ -21,7 +22,7 @@ interface Child {
 /** perch as a real process, as an operator runs it, so signals are real signals. */
 async function spawnPerch(t: TestContext, configPath: string): Promise<Child> {
   const child = spawn(process.execPath, [MAIN, '--config', configPath], { env: { PATH: process.env.PATH }, stdio: ['ignore', 'pipe', 'pipe'] });
-  t.after(() => void child.kill('SIGKILL'));
+  onCleanup(t, () => void child.kill('SIGKILL'));
   let output = '';
   child.stdout.on('data', (d) => (output += d));
   child.stderr.on('data', (d) => (output += d));

@@ -9,6 +9,7 @@ import { PERCH_VERSION } from '../src/version.js';
 import { newEntry } from '../src/cache/entry.js';
 import { captureLogs } from './helpers/log-capture.js';
 import { KEY, OTHER_KEY, startPerch, testConfig } from './helpers/perch.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 const T = { timeout: 20_000 };
 const DASHBOARD = fileURLToPath(new URL('../../deploy/grafana-dashboard.json', import.meta.url));
@@ -58,7 +59,7 @@ test('perch_cache_evictions_total counts entries the memory tier dropped for spa
   const config = parseConfig(testConfig('demo: { kind: fixture }', 'cache: { memory: { max_bytes: 1048576 } }'), {});
   const perch = createPerch({ config, logger: captureLogs().logger });
   const { port } = await perch.listen();
-  t.after(() => perch.close());
+  onCleanup(t, () => perch.close());
   const entry = newEntry({ status: 200, body: Buffer.alloc(300_000), storedAt: Date.now(), ttlMs: 60_000, generation: { all: 0, scope: 0 } });
   perch.cache.memory.set('/a', entry, 60_000);
   perch.cache.memory.delete('/a');
@@ -72,7 +73,7 @@ test('a refused reload shows in perch_config_last_reload_* and the /readyz check
   const yaml = testConfig('demo: { kind: fixture }');
   const perch = createPerch({ config: parseConfig(yaml, {}), logger: captureLogs().logger });
   const { port } = await perch.listen();
-  t.after(() => perch.close());
+  onCleanup(t, () => perch.close());
   const url = `http://127.0.0.1:${port}`;
   const ready = async () => {
     const res = await fetch(`${url}/readyz`);

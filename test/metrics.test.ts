@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { KEY, startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { refusedPort, sampleProvider, startUpstream } from './helpers/upstream-server.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 /** The value of one sample line, e.g. `perch_requests_total{route="user",status="200",cache="miss"}`. */
 function sample(text: string, series: string): number | undefined {
@@ -101,7 +102,7 @@ test('metrics.port moves metrics to their own listener and off the API one', asy
   const config = parseConfig(testConfig('demo: { kind: fixture }', 'metrics: { path: /m, port: 0 }'), {});
   const perch = createPerch({ config, logger: captureLogs().logger });
   const api = await perch.listen();
-  t.after(() => perch.close());
+  onCleanup(t, () => perch.close());
   const metricsPort = perch.metricsAddress()!.port;
   assert.notEqual(metricsPort, api.port);
   assert.match(await scrape(`http://127.0.0.1:${metricsPort}/m`), /perch_requests_total/);

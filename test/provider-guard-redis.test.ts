@@ -5,6 +5,7 @@ import { ManualClock } from './helpers/clock.js';
 import { startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
 import { json, sampleProvider, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 /** A perch instance on `upstream` whose provider guard keeps its state in `redis`. */
 function instance(t: TestContext, redis: TestRedis, upstream: TestUpstream, extra = '', clock?: ManualClock) {
@@ -81,7 +82,7 @@ test('a quota window and max_concurrent hold across two instances', { timeout: 2
   const first = a.request('/v1/users/1');
   await waitFor(() => upstream.requests.length === 1);
   const inspector = new Redis(redis.url);
-  t.after(() => inspector.disconnect());
+  onCleanup(t, () => inspector.disconnect());
   const admissions = async () => Number(/cmdstat_evalsha:calls=(\d+)/.exec(await inspector.info('commandstats'))?.[1] ?? 0);
   const before = await admissions();
   const second = b.request('/v1/users/2');
@@ -106,7 +107,7 @@ test('a stop this instance learned holds at once, without asking Redis (here fro
   const perch = await instance(t, redis, upstream);
   assert.equal((await perch.request('/v1/users/1')).status, 429);
   redis.freeze();
-  t.after(() => redis.thaw());
+  onCleanup(t, () => redis.thaw());
   const started = performance.now();
   const refused = await perch.request('/v1/users/2');
   const ms = performance.now() - started;

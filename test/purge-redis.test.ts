@@ -7,6 +7,7 @@ import { startPerch, testConfig, v1, waitFor, type RunningPerch } from './helper
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
 import { startTcpProxy } from './helpers/tcp-proxy.js';
 import { sampleProvider, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 /** Two entries of the scope `tweets:1` (two cursors), then entries of neighbouring scopes. */
 const PURGED = ['/v1/users/1/tweets', '/v1/users/1/tweets?cursor=abc'];
@@ -27,7 +28,7 @@ async function setup(t: TestContext): Promise<Shared> {
   const upstream = await startUpstream(t, sampleProvider);
   const client = createRedisClient({ url: redis.url, prefix: 't:', command_timeout_ms: 1000 }, 'test');
   client.on('error', () => {});
-  t.after(() => client.disconnect());
+  onCleanup(t, () => client.disconnect());
   await new Promise((resolve) => client.once('ready', resolve));
   const start = async (url = redis.url) => {
     const yaml = testConfig(v1('main', upstream.url), `${ADMIN_YAML}\ncache: { stale_seconds: 0, redis: { url: "${url}", prefix: "t:" } }`);

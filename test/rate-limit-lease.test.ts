@@ -7,6 +7,7 @@ import { startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { withPlan } from './helpers/plans.js';
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
 import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 async function instance(t: TestContext, redis: TestRedis, upstreamUrl: string, plan: string, clock?: ManualClock) {
   const yaml = withPlan(testConfig(v1('main', upstreamUrl), `rate_limits_redis: { url: "${redis.url}", command_timeout_ms: 2000 }`), plan);
@@ -35,7 +36,7 @@ test('leased tokens never add up to more than the bucket gave: two instances, 10
 test('requests spend a lease locally and take the next one ahead, at a quarter left: the request after the lease needs no Redis round trip', { timeout: 20_000 }, async (t) => {
   const redis = await startRedis(t);
   const client = new Redis(redis.url);
-  t.after(() => client.disconnect());
+  onCleanup(t, () => client.disconnect());
   const upstream = await startUpstream(t, sampleProvider);
   // Lease min(100, capacity / 10) = 100 tokens, the next taken at 25 left; next to no refill.
   const perch = await instance(t, redis, upstream.url, '{ capacity: 1000, refill_per_second: 0.001 }');
@@ -56,7 +57,7 @@ test('requests spend a lease locally and take the next one ahead, at a quarter l
 test('each lease lapses on its own clock once the bucket would have refilled it, and never before a second', { timeout: 20_000 }, async (t) => {
   const redis = await startRedis(t);
   const client = new Redis(redis.url);
-  t.after(() => client.disconnect());
+  onCleanup(t, () => client.disconnect());
   const upstream = await startUpstream(t, sampleProvider);
   const clock = new ManualClock();
   // Lease 2 tokens at 0.5 per second: unspent ones lapse 4 s after their lease.
@@ -99,7 +100,7 @@ test('a lease is a tenth of the bucket at most; within that, 100 tokens or a ten
 test('a fast-refilling plan leases a tenth of a second of refill: 700 requests on one lease of 1000', { timeout: 30_000 }, async (t) => {
   const redis = await startRedis(t);
   const client = new Redis(redis.url);
-  t.after(() => client.disconnect());
+  onCleanup(t, () => client.disconnect());
   const upstream = await startUpstream(t, sampleProvider);
   // The injected clock stands still, so no lease lapses while the requests run.
   const perch = await instance(t, redis, upstream.url, '{ capacity: 100000, refill_per_second: 10000 }', new ManualClock());

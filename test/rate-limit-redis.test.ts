@@ -6,6 +6,7 @@ import { startPerch, testConfig, v1, waitFor, type RunningPerch } from './helper
 import { withPlan } from './helpers/plans.js';
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
 import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 const PLAN = '{ capacity: 5, refill_per_second: 1 }';
 
@@ -23,7 +24,7 @@ async function perchOn(t: TestContext, redis: TestRedis, options: { timeoutMs?: 
 
 function inspector(t: TestContext, redis: TestRedis): Redis {
   const client = new Redis(redis.url);
-  t.after(() => client.disconnect());
+  onCleanup(t, () => client.disconnect());
   return client;
 }
 
@@ -115,7 +116,7 @@ test('Redis frozen: every request still answers quickly, decided by the insuranc
   const perch = await perchOn(t, redis, { timeoutMs: 100 });
   assert.equal((await perch.request('/v1/users/1')).status, 200);
   redis.freeze();
-  t.after(() => redis.thaw());
+  onCleanup(t, () => redis.thaw());
   for (let i = 0; i < 5; i++) {
     const started = Date.now();
     const res = await perch.request('/v1/users/1');

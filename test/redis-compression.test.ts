@@ -8,6 +8,7 @@ import { KEY, startPerch, testConfig, v1, waitFor, type RunningPerch } from './h
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
 import { sampleTweetsPage } from './helpers/sample-bodies.js';
 import { json, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 const T = { timeout: 30_000 };
 const PAGE = '/v1/users/1/tweets';
@@ -34,7 +35,7 @@ async function setup(t: TestContext): Promise<{ redis: TestRedis; upstream: Test
 
 async function client(t: TestContext, redis: TestRedis) {
   const c = createRedisClient({ url: redis.url, prefix: 't:', command_timeout_ms: 1000 }, 'test');
-  t.after(() => c.disconnect());
+  onCleanup(t, () => c.disconnect());
   await new Promise((resolve) => c.once('ready', resolve));
   return c;
 }

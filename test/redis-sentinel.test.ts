@@ -4,6 +4,7 @@ import { test } from 'node:test';
 import { pollFor, startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { MASTER_NAME, startSentinels } from './helpers/redis-sentinel.js';
 import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 /**
  * How long the master stays frozen: it resumes after the switch (which comes 2-4 s into the
@@ -29,7 +30,7 @@ test('sentinels, master frozen (SIGSTOP): writes land on the new master within 5
   // says when perch followed the switch and whether anything was written to the old master.
   const started = new Map<string, number>();
   let writing = true;
-  t.after(() => (writing = false));
+  onCleanup(t, () => (writing = false));
   const writer = (async () => {
     for (let i = 1; writing; i++) {
       const path = `/v1/users/${i}`;

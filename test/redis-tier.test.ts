@@ -6,6 +6,7 @@ import { ManualClock } from './helpers/clock.js';
 import { startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
 import { sampleProvider, startUpstream, type TestUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 /** Each request must be answered within the command timeout plus a margin generous for 2 loaded cores. */
 const FAST_MS = 500;
@@ -130,7 +131,7 @@ test('a lease taken while Redis stalls is released after it resumes, so no key i
   assert.equal((await perch.request('/v1/users/77/tweets')).status, 200);
   redis.thaw();
   const client = createRedisClient({ url: redis.url, prefix: 't:', command_timeout_ms: 1000 }, 'test');
-  t.after(() => client.disconnect());
+  onCleanup(t, () => client.disconnect());
   await waitFor(() => client.status === 'ready');
   // A command sent now runs after everything queued before it, so the answer is final.
   assert.equal(await client.exists('t:lock:/v1/users/77/tweets'), 0);
@@ -147,7 +148,7 @@ test('2 instances x 50 concurrent identical misses make exactly 1 upstream reque
   // Let the instance without the lease reach its polling loop before the holder answers: Redis
   // has then run the holder's lease SET and at least one refused SET NX from the other.
   const client = new Redis(redis.url);
-  t.after(() => client.disconnect());
+  onCleanup(t, () => client.disconnect());
   await waitFor(async () => Number(/cmdstat_set:calls=(\d+)/.exec(await client.info('commandstats'))?.[1] ?? 0) >= 2);
   release();
   const results = await Promise.all(responses);
@@ -163,7 +164,7 @@ test('a lease left by a crashed holder delays a miss only until it expires', asy
   const { clock, redis, upstream } = await setup(t);
   const perch = await startShared(t, redis, upstream, clock);
   const client = createRedisClient({ url: redis.url, prefix: 't:', command_timeout_ms: 1000 }, 'test');
-  t.after(() => client.disconnect());
+  onCleanup(t, () => client.disconnect());
   await new Promise((resolve) => client.once('ready', resolve));
   await client.set('t:lock:/v1/users/5', 'crashed-holder', 'PX', 300);
   const r = await timed(perch, '/v1/users/5');

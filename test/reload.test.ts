@@ -6,6 +6,7 @@ import { captureLogs } from './helpers/log-capture.js';
 import { KEY, OTHER_KEY, testConfig, v1 } from './helpers/perch.js';
 import { sampleUser } from './helpers/sample-bodies.js';
 import { json, startUpstream } from './helpers/upstream-server.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 test('reload swaps keys and upstreams in place: the cache and open connections stay', async (t) => {
   const first = await startUpstream(t, json(200, sampleUser('1', 'first')));
@@ -13,7 +14,7 @@ test('reload swaps keys and upstreams in place: the cache and open connections s
   const yaml = testConfig(v1('main', first.url));
   const perch = createPerch({ config: parseConfig(yaml, {}), logger: captureLogs().logger });
   const { port } = await perch.listen();
-  t.after(() => perch.close());
+  onCleanup(t, () => perch.close());
   const get = (path: string, key: string) => fetch(`http://127.0.0.1:${port}${path}`, { headers: { 'x-api-key': key } });
 
   assert.equal((await get('/v1/users/1', KEY)).status, 200);
@@ -33,7 +34,7 @@ test('a reload that changes a plan and moves a key to a new plan takes effect on
   const yaml = testConfig('demo: { kind: fixture }');
   const perch = createPerch({ config: parseConfig(yaml, {}), logger: captureLogs().logger });
   const { port } = await perch.listen();
-  t.after(() => perch.close());
+  onCleanup(t, () => perch.close());
   const get = () => fetch(`http://127.0.0.1:${port}/v1/users/1`, { headers: { 'x-api-key': KEY } });
   assert.match((await get()).headers.get('ratelimit-policy') ?? '', /^"big";q=100000;/);
   const next = yaml
@@ -55,7 +56,7 @@ test('a reload restores a credential the provider revoked at once, without waiti
   const yaml = testConfig(v1('main', upstream.url, 'credentials: [{ id: only, headers: { X-Key: "upstrm-secret-only-0001" } }]'));
   const perch = createPerch({ config: parseConfig(yaml, {}), logger: captureLogs().logger });
   const { port } = await perch.listen();
-  t.after(() => perch.close());
+  onCleanup(t, () => perch.close());
   const get = (path: string) => fetch(`http://127.0.0.1:${port}${path}`, { headers: { 'x-api-key': KEY } });
 
   assert.equal((await get('/v1/users/1')).status, 502);

@@ -10,6 +10,7 @@ import { createPerch } from '../src/app/perch.js';
 import { captureLogs } from './helpers/log-capture.js';
 import { KEY, startPerch, testConfig } from './helpers/perch.js';
 import { tempDir } from './helpers/temp-dir.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 /** The test configuration with more `server` keys. */
 function withServer(keys: string): string {
@@ -72,7 +73,7 @@ test('server.tls serves HTTPS with the given certificate', { timeout: 20_000 }, 
   const config = parseConfig(withServer(`tls: { cert_file: "${cert}", key_file: "${key}" }`), {});
   const perch = createPerch({ config, logger: captureLogs().logger });
   const { port } = await perch.listen();
-  t.after(() => perch.close());
+  onCleanup(t, () => perch.close());
   const { status, body } = await new Promise<{ status: number; body: string }>((resolve, reject) => {
     const req = request({ host: '127.0.0.1', port, path: '/v1/users/by/username/perch_demo', headers: { 'x-api-key': KEY }, ca: readFileSync(cert) }, (res) => {
       let text = '';

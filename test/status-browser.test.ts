@@ -4,6 +4,7 @@ import { test } from 'node:test';
 import { chromium } from 'playwright-core';
 import { ADMIN_KEY, ADMIN_YAML } from './helpers/admin.js';
 import { KEY, startPerch, testConfig } from './helpers/perch.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 /** Debian's chromium, which .ci/run installs; playwright's own browser downloads are not used. */
 const CHROMIUM = '/usr/bin/chromium';
@@ -21,7 +22,7 @@ test('the status page, in a real browser: asks for the admin key, then shows ups
   assert.equal((await perch.request('/v1/users/1')).status, 200);
 
   const browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS, timeout: 30_000 });
-  t.after(() => browser.close());
+  onCleanup(t, () => browser.close());
   const page = await browser.newPage();
   page.setDefaultTimeout(15_000);
   // A CSP violation (an inline script or style whose hash does not match) shows up here.

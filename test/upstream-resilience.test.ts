@@ -6,6 +6,7 @@ import { ManualClock } from './helpers/clock.js';
 import { metric, startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
 import { startRedis } from './helpers/redis-server.js';
 import { failingEvery, json, refusedPort, sampleProvider, startUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 /** A real undici pool that counts the requests dispatched through it: calls to a refused port. */
 class CountingPool extends Pool {
@@ -163,7 +164,7 @@ test('with Redis, a breaker opened on instance A makes instance B refuse without
   const clock = new ManualClock();
   const redis = await startRedis(t);
   const client = new Redis(redis.url);
-  t.after(() => client.disconnect());
+  onCleanup(t, () => client.disconnect());
   const upstream = await startUpstream(t, json(500, {}));
   const yaml = testConfig(v1('main', upstream.url), `rate_limits_redis: { url: "${redis.url}", command_timeout_ms: 1000 }`);
   const a = await startPerch(t, yaml, { clock });

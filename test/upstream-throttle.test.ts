@@ -10,6 +10,7 @@ import type { Attempt, UpstreamResult } from '../src/upstream/upstream.js';
 import { ManualClock } from './helpers/clock.js';
 import { waitFor } from './helpers/perch.js';
 import { startRedis } from './helpers/redis-server.js';
+import { onCleanup } from './helpers/cleanup.js';
 
 const CONFIG: ThrottleConfig = { enabled: true, k: 2, window_ms: 10_000, min_calls: 20 };
 const OK: UpstreamResult = { kind: 'ok', body: Buffer.from('{}') };
@@ -152,7 +153,7 @@ test('reset forgets the window; enabled: false sheds nothing', { timeout: 5000 }
 test('with Redis the window is the fleet’s: each instance sheds on every instance’s counts, and a reset reaches them all', { timeout: 15_000 }, async (t) => {
   const redis = await startRedis(t);
   const clients = [new Redis(redis.url), new Redis(redis.url)];
-  t.after(() => clients.forEach((c) => c.disconnect()));
+  onCleanup(t, () => clients.forEach((c) => c.disconnect()));
   const clock = new ManualClock();
   // The real shared state, with a count of the reports it answered, so the test can wait for one.
   const answered = { a: 0, b: 0 };

@@ -6,6 +6,7 @@ import type { TestContext } from 'node:test';
 import { promisify } from 'node:util';
 import { pollFor } from './perch.js';
 import { startRedis, type TestRedis } from './redis-server.js';
+import { onCleanup } from './cleanup.js';
 
 const run = promisify(execFile);
 const CLI = process.env.REDIS_CLI ?? 'redis-cli';
@@ -45,7 +46,7 @@ export async function startSentinels(t: TestContext, options: TestSentinelOption
   const { password, sentinelPassword, downAfterMs, timeoutMs = 20_000 } = options;
   const dir = await mkdtemp(join(tmpdir(), 'perch-sentinel-'));
   const processes: TestRedis[] = [];
-  t.after(async () => {
+  onCleanup(t, async () => {
     await Promise.all(processes.map((p) => p.kill()));
     await rm(dir, { recursive: true, force: true });
   });

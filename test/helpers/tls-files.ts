@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import type { TestContext } from 'node:test';
 import { promisify } from 'node:util';
 import type { TestTlsFiles } from './redis-server.js';
+import { onCleanup } from './cleanup.js';
 
 /**
  * A self-signed certificate for 127.0.0.1 and its key, made with openssl in a temporary directory
@@ -12,7 +13,7 @@ import type { TestTlsFiles } from './redis-server.js';
  */
 export async function selfSignedCertificate(t: TestContext): Promise<TestTlsFiles & { readonly dir: string }> {
   const dir = await mkdtemp(join(tmpdir(), 'perch-redis-tls-'));
-  t.after(() => rm(dir, { recursive: true, force: true }));
+  onCleanup(t, () => rm(dir, { recursive: true, force: true }));
   const cert = join(dir, 'cert.pem');
   const key = join(dir, 'key.pem');
   await promisify(execFile)('openssl', [
