@@ -81,6 +81,34 @@ test('at max_connections, idle keep-alive connections are shed after the ones th
   assert.equal(await isClosed(kept[1]!), false, 'the newer keep-alive connection is still open');
 });
 
+test('at max_connections, a connection being answered is never shed, and one idle again is the newest idle', T, async (t) => {
+  // The upstream holds /v1/users/2 until told to answer: a request for it keeps its connection busy.
+  const held: (() => void)[] = [];
+  const upstream = await startUpstream(t, (req, res) => {
+    if (req.url === '/v1/users/2') held.push(() => sampleProvider(req, res));
+    else sampleProvider(req, res);
+  });
+  const yaml = testConfig(v1('demo', upstream.url, 'timeout_ms: 20000')).replace('port: 0 }', 'port: 0, max_connections: 3, keep_alive_timeout_ms: 60000 }');
+  const port = Number(new URL((await startPerch(t, yaml)).url).port);
+  const ask = async (socket: HeldSocket, path: string, answers: number) => {
+    socket.socket.write(rawGet(path, KEY));
+    await waitFor(() => parseResponses(socket.received()).length === answers);
+  };
+  const [a, b, c] = await holdMany(t, port, 3);
+  for (const socket of [a!, b!, c!]) await ask(socket, '/v1/users/1', 1);
+  // Idle since: a, b, c. Then a is being answered, and b is used and idle again.
+  await ask(a!, '/v1/users/2', 1);
+  await waitFor(() => held.length === 1);
+  await ask(b!, '/v1/users/1', 2);
+  // At the cap a new client sheds the longest idle: c, not the busy a nor the newer idle b.
+  await holdMany(t, port, 1);
+  await Promise.race([a!, b!, c!].map((socket) => socket.closed));
+  assert.deepEqual(await Promise.all([a!, b!, c!].map(isClosed)), [false, false, true]);
+  held.shift()!();
+  await waitFor(() => parseResponses(a!.received()).length === 2);
+  assert.equal(parseResponses(a!.received())[1]!.status, 200);
+});
+
 test('slow heads at the connection cap neither lock clients out nor slow them much', T, async (t) => {
   const { port } = await fixturePerch(t, 'max_connections: 60, headers_timeout_ms: 3000, request_timeout_ms: 3000');
   const slow = await holdMany(t, port, 100);

@@ -50,13 +50,22 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
 
   return function handle(req, res) {
     const requestId = requestIdFrom(req.headers['x-request-id']);
+    // Every field is set here, the unknown ones undefined, so every exchange has one shape and
+    // the later assignments on the hit path are plain stores, not shape transitions.
     const x: Exchange = {
       req,
       res,
       head: req.method === 'HEAD',
       requestId,
       started: performance.now(),
+      client: undefined,
+      route: undefined,
+      limit: undefined,
       cache: 'none',
+      upstream: undefined,
+      upstreamMs: undefined,
+      upstreamCall: undefined,
+      budget: undefined,
       trace: tracing?.request(req, requestId),
     };
     try {

@@ -3,7 +3,9 @@ import type { Logger } from './logger.js';
 
 /** The access line's fields, in the order they are written. */
 export interface AccessFields {
+  /** The caller's id when it matched request-id.ts's alphabet, else a UUID: written without escaping. */
   readonly req_id: string;
+  /** One of llhttp's method names: written without escaping. */
   readonly method: string | undefined;
   readonly path: string | null;
   /** An endpoint name or null: a closed set, written without escaping. */
@@ -16,7 +18,9 @@ export interface AccessFields {
   /** Whether this request's miss made a provider call (its key paid for it). */
   readonly upstream_call: boolean;
   readonly ms: number;
+  /** A configured key id (`[A-Za-z0-9_.-]`) or `client:` and hex digits: written without escaping. */
   readonly key_id: string | null;
+  /** The peer's IP address: written without escaping. */
   readonly remote: string | null;
   readonly user_agent: string | null;
   /** The request's trace and server span, lowercase hex (W3C Trace Context); null when tracing is off. */
@@ -46,12 +50,12 @@ export function createAccessLog(logger: Logger): (fields: AccessFields) => void 
   return (f) => {
     if (!logger.isLevelEnabled('info')) return;
     stream.write(
-      `${levelPrefix}${time()}${bindings},"req_id":${str(f.req_id)},"method":${str(f.method)},"path":${str(f.path)},"route":${raw(f.route)},"status":${f.status},"cache":"${f.cache}","upstream":${str(f.upstream)},"upstream_ms":${f.upstream_ms},"upstream_call":${f.upstream_call},"ms":${f.ms},"key_id":${str(f.key_id)},"remote":${str(f.remote)},"user_agent":${str(f.user_agent)},"trace_id":${raw(f.trace_id)},"span_id":${raw(f.span_id)},"msg":"request"${end}`,
+      `${levelPrefix}${time()}${bindings},"req_id":"${f.req_id}","method":${raw(f.method ?? null)},"path":${str(f.path)},"route":${raw(f.route)},"status":${f.status},"cache":"${f.cache}","upstream":${str(f.upstream)},"upstream_ms":${f.upstream_ms},"upstream_call":${f.upstream_call},"ms":${f.ms},"key_id":${raw(f.key_id)},"remote":${raw(f.remote)},"user_agent":${str(f.user_agent)},"trace_id":${raw(f.trace_id)},"span_id":${raw(f.span_id)},"msg":"request"${end}`,
     );
   };
 }
 
-/** Printable ASCII without `"` or `\`: the usual request id, address, key id and path need no escaping. */
+/** Printable ASCII without `"` or `\`: the usual path and user agent need no escaping. */
 const PLAIN = /^[\x20\x21\x23-\x5b\x5d-\x7e]*$/;
 
 function str(value: string | null | undefined): string {

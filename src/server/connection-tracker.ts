@@ -1,6 +1,9 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 
+/** Where a connection stands: no request yet, between requests, or answering one. */
+type State = 'silent' | 'idle' | 'busy';
+
 /** One client connection as the tracker sees it. */
 interface Connection {
   /** The TCP socket; destroying it ends the connection whatever runs on top. */
@@ -14,10 +17,18 @@ interface Connection {
   res?: ServerResponse;
   /** `http.bytesRead` when the connection last became idle: more since means a head began. */
   readAtIdle: number;
+  state: State;
   gone: boolean;
   /** TLS only: the peer address, the key of `#byPeer` (read once: it is gone after a close). */
   readonly peer?: string;
 }
+
+/**
+ * A socket's connection, kept on the socket itself: the tracker reads it on every request, and a
+ * property load there is cheaper than a WeakMap lookup (it showed in the hit path's profile).
+ */
+const CONNECTION = Symbol('perch.connection');
+type TrackedSocket = Socket & { [CONNECTION]?: Connection };
 
 /**
  * Keeps `server.max_connections` without locking clients out. Node's own `maxConnections`
@@ -33,14 +44,18 @@ interface Connection {
 export class ConnectionTracker {
   readonly #max: number;
   readonly #tls: boolean;
+  readonly #all = new Set<Connection>();
   // Sets iterate in insertion order: the first element is the oldest.
   readonly #silent = new Set<Connection>();
+  /**
+   * Idle connections, longest idle first. A connection stays in it while it answers its next
+   * request (its state says so; it is skipped, and dropped when met at the cap) and moves to the
+   * end when it is idle again: one Set operation per request, where leaving the set at each
+   * request and coming back after cost three.
+   */
   readonly #idle = new Set<Connection>();
-  readonly #busy = new Set<Connection>();
-  readonly #bySocket = new WeakMap<Socket, Connection>();
   /** TLS only: the HTTP socket is created after the TCP one, found again by its peer address. */
   readonly #byPeer = new Map<string, Connection>();
-  #open = 0;
   #draining = false;
 
   constructor(maxConnections: number, tls: boolean) {
@@ -50,8 +65,8 @@ export class ConnectionTracker {
 
   /** A new TCP connection (the server's `connection` event). */
   accept(tcp: Socket): void {
-    if (this.#open >= this.#max) {
-      const victim = first(this.#silent) ?? first(this.#idle);
+    if (this.#all.size >= this.#max) {
+      const victim = first(this.#silent) ?? this.#longestIdle();
       if (victim === undefined) {
         tcp.destroy();
         return;
@@ -59,10 +74,10 @@ export class ConnectionTracker {
       this.#forget(victim);
       victim.tcp.destroy();
     }
-    const connection: Connection = { tcp, http: tcp, inflight: 0, readAtIdle: 0, gone: false, ...(this.#tls ? { peer: peer(tcp) } : {}) };
-    this.#open++;
+    const connection: Connection = { tcp, http: tcp, inflight: 0, readAtIdle: 0, state: 'silent', gone: false, ...(this.#tls ? { peer: peer(tcp) } : {}) };
+    this.#all.add(connection);
     this.#silent.add(connection);
-    this.#bySocket.set(tcp, connection);
+    (tcp as TrackedSocket)[CONNECTION] = connection;
     if (connection.peer !== undefined) this.#byPeer.set(connection.peer, connection);
     tcp.once('close', () => this.#forget(connection));
   }
@@ -72,19 +87,16 @@ export class ConnectionTracker {
     const connection = this.#byPeer.get(peer(tls));
     if (connection === undefined) return;
     connection.http = tls;
-    this.#bySocket.set(tls, connection);
+    (tls as TrackedSocket)[CONNECTION] = connection;
   }
 
   /** A request arrived (`request` or `checkExpectation`). */
   request(req: IncomingMessage, res: ServerResponse): void {
-    const connection = this.#bySocket.get(req.socket);
+    const connection = (req.socket as TrackedSocket)[CONNECTION];
     if (this.#draining) res.shouldKeepAlive = false;
     if (connection === undefined) return;
-    if (connection.inflight === 0) {
-      this.#silent.delete(connection);
-      this.#idle.delete(connection);
-      this.#busy.add(connection);
-    }
+    if (connection.state === 'silent') this.#silent.delete(connection);
+    connection.state = 'busy';
     connection.inflight++;
     connection.req = req;
     connection.res = res;
@@ -97,7 +109,7 @@ export class ConnectionTracker {
    * went idle (a timeout with nothing received deserves a close, not a 408).
    */
   state(socket: Socket): { req?: IncomingMessage; res?: ServerResponse; receivedSinceIdle: boolean } {
-    const connection = this.#bySocket.get(socket);
+    const connection = (socket as TrackedSocket)[CONNECTION];
     if (connection === undefined) return { receivedSinceIdle: socket.bytesRead > 0 };
     const busy = connection.inflight > 0 || connection.req?.complete === false;
     return {
@@ -112,8 +124,8 @@ export class ConnectionTracker {
    */
   drain(): void {
     this.#draining = true;
-    for (const connection of this.#busy) {
-      if (connection.res?.headersSent === false) connection.res.shouldKeepAlive = false;
+    for (const connection of this.#all) {
+      if (connection.state === 'busy' && connection.res?.headersSent === false) connection.res.shouldKeepAlive = false;
     }
     this.closeIdle();
   }
@@ -125,6 +137,7 @@ export class ConnectionTracker {
   closeIdle(): void {
     for (const set of [this.#silent, this.#idle]) {
       for (const connection of set) {
+        if (connection.state === 'busy') continue;
         this.#forget(connection);
         connection.tcp.destroy();
       }
@@ -134,23 +147,32 @@ export class ConnectionTracker {
   #answered(connection: Connection): void {
     connection.inflight--;
     if (connection.inflight > 0 || connection.gone) return;
-    this.#busy.delete(connection);
     if (this.#draining) {
       // The answer may have promised keep-alive before the drain began: end it ourselves.
       connection.http.end();
       return;
     }
+    connection.state = 'idle';
     connection.readAtIdle = connection.http.bytesRead;
+    this.#idle.delete(connection);
     this.#idle.add(connection);
+  }
+
+  /** The connection idle the longest; busy ones met on the way leave the set until idle again. */
+  #longestIdle(): Connection | undefined {
+    for (const connection of this.#idle) {
+      if (connection.state === 'idle') return connection;
+      this.#idle.delete(connection);
+    }
+    return undefined;
   }
 
   #forget(connection: Connection): void {
     if (connection.gone) return;
     connection.gone = true;
-    this.#open--;
+    this.#all.delete(connection);
     this.#silent.delete(connection);
     this.#idle.delete(connection);
-    this.#busy.delete(connection);
     if (connection.peer !== undefined) this.#byPeer.delete(connection.peer);
   }
 }
