@@ -101,6 +101,13 @@ test('the old space perch asks for is 0.85 x max_bytes + 64 MiB, with a 4 MiB se
   assert.deepEqual(heapPlan(config, [], { NODE_OPTIONS: '--max-old-space-size=512' }), { kind: 'serve', settings: { set_by: 'user', old_space_mib: 512 } });
   assert.deepEqual(heapPlan(config, ['--max-old-space-size=100'], {}), { kind: 'serve', settings: { set_by: 'user', old_space_mib: 100 } });
   assert.deepEqual(heapPlan(config, [], { PERCH_HEAP_SIZING: 'off' }), { kind: 'serve', settings: { set_by: 'node' } });
+  // A user's semi-space, in NODE_OPTIONS or node's flags: perch sizes the old space and leaves it be.
+  assert.deepEqual(heapPlan(config, [], { NODE_OPTIONS: '--max-semi-space-size=16' }), { kind: 'relaunch', flags: ['--max-old-space-size=173'] });
+  assert.deepEqual(heapPlan(config, ['--max_semi_space_size=8'], {}), { kind: 'relaunch', flags: ['--max-old-space-size=173'] });
+  assert.deepEqual(heapPlan(config, ['--max-old-space-size=173'], { [HEAP_SIZED_ENV]: '1', NODE_OPTIONS: '--max-semi-space-size=16' }), {
+    kind: 'serve',
+    settings: { set_by: 'perch', old_space_mib: 173, semi_space_mib: 16 },
+  });
 });
 
 test('with nothing passed, perch runs with a heap sized from cache.memory.max_bytes and says so in its first log line', T, async (t) => {
@@ -134,6 +141,16 @@ test("a user's own --max-old-space-size wins, in node's flags or NODE_OPTIONS: n
     perch.child.kill('SIGTERM');
     assert.equal(await perch.exited, 0);
   }
+});
+
+test("a user's own --max-semi-space-size in NODE_OPTIONS wins over perch's: perch sizes only the old space", T, async (t) => {
+  const perch = startDemo(t, [], { NODE_OPTIONS: '--max-semi-space-size=16' });
+  await listening(perch);
+  assert.deepEqual(perch.lines()[0]!.heap, { set_by: 'perch', old_space_mib: 119, semi_space_mib: 16, heap_limit_mib: 119 + 3 * 16 });
+  const server = EXECVE ? perch.child.pid! : await pollFor(() => childrenOf(perch.child.pid!)[0]);
+  assert.deepEqual(flagsOf(server), ['--max-old-space-size=119']);
+  perch.child.kill('SIGTERM');
+  assert.equal(await perch.exited, 0);
 });
 
 test("PERCH_HEAP_SIZING=off keeps node's own heap limit", T, async (t) => {

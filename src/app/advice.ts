@@ -66,10 +66,19 @@ export function oldSpaceLimitBytes(execArgv: readonly string[], nodeOptions: str
  * node; undefined when neither sets it.
  */
 export function userOldSpaceMib(execArgv: readonly string[], nodeOptions: string | undefined): number | undefined {
+  return lastFlagMib(/^--max[-_]old[-_]space[-_]size=(\d+)$/, execArgv, nodeOptions);
+}
+
+/** `--max-semi-space-size` (MiB) from node's own flags or NODE_OPTIONS, as `userOldSpaceMib`. */
+export function userSemiSpaceMib(execArgv: readonly string[], nodeOptions: string | undefined): number | undefined {
+  return lastFlagMib(/^--max[-_]semi[-_]space[-_]size=(\d+)$/, execArgv, nodeOptions);
+}
+
+function lastFlagMib(flagPattern: RegExp, execArgv: readonly string[], nodeOptions: string | undefined): number | undefined {
   let mib: number | undefined;
   for (const flag of [...(nodeOptions ?? '').split(/\s+/), ...execArgv]) {
-    // node takes this flag only with `=`; any other spelling stops it from starting.
-    const match = /^--max[-_]old[-_]space[-_]size=(\d+)$/.exec(flag);
+    // node takes these flags only with `=`; any other spelling stops it from starting.
+    const match = flagPattern.exec(flag);
     if (match) mib = Number(match[1]);
   }
   return mib;

@@ -1,5 +1,5 @@
 import type { Config } from '../config/types.js';
-import { heapNeeded, userOldSpaceMib } from './advice.js';
+import { heapNeeded, userOldSpaceMib, userSemiSpaceMib } from './advice.js';
 
 const MIB = 1024 * 1024;
 
@@ -13,9 +13,11 @@ export const HEAP_SIZED_ENV = 'PERCH_HEAP_SIZED';
 export const HEAP_SIZING_ENV = 'PERCH_HEAP_SIZING';
 
 /**
- * The young generation's semi-space perch asks for, in MiB. Node's default grows it to 16 MiB
- * (Node 20) or 32 MiB (Node 24) under load, three times that of RSS for the young generation
- * alone; a fill with 4 MiB measured the same rate (see the README's Memory section).
+ * The young generation's semi-space perch asks for, in MiB, unless the user passes their own
+ * `--max-semi-space-size`. Node's default grows it to 16 MiB (Node 20) or 32 MiB (Node 24) under
+ * load, three times that of RSS for the young generation alone; a fill with 4 MiB measured the
+ * same rate. Hits pay for it in scavenges: 16 MiB served about 5% more of them for about 24 MiB
+ * more RSS after a fill (see the README's Memory section), a trade left to the operator.
  */
 export const SEMI_SPACE_MIB = 4;
 
@@ -41,9 +43,10 @@ export function oldSpaceMib(config: Config): number {
   return Math.ceil(heapNeeded(config) / MIB);
 }
 
-/** The node flags perch relaunches with. */
-export function heapFlags(config: Config): string[] {
-  return [`--max-old-space-size=${oldSpaceMib(config)}`, `--max-semi-space-size=${SEMI_SPACE_MIB}`];
+/** The node flags perch relaunches with: no semi-space of its own when the user set one. */
+export function heapFlags(config: Config, userSemiSpace?: number): string[] {
+  const oldSpace = `--max-old-space-size=${oldSpaceMib(config)}`;
+  return userSemiSpace === undefined ? [oldSpace, `--max-semi-space-size=${SEMI_SPACE_MIB}`] : [oldSpace];
 }
 
 /**
@@ -53,10 +56,13 @@ export function heapFlags(config: Config): string[] {
  */
 export function heapPlan(config: Config, execArgv: readonly string[], env: NodeJS.ProcessEnv): HeapPlan {
   const user = userOldSpaceMib(execArgv, env.NODE_OPTIONS);
+  // A flag given on the command line outranks NODE_OPTIONS: a semi-space of perch's own would
+  // silently override one the user set there.
+  const userSemiSpace = userSemiSpaceMib(execArgv, env.NODE_OPTIONS);
   if (env[HEAP_SIZED_ENV] === '1') {
-    return { kind: 'serve', settings: { set_by: 'perch', old_space_mib: user ?? oldSpaceMib(config), semi_space_mib: SEMI_SPACE_MIB } };
+    return { kind: 'serve', settings: { set_by: 'perch', old_space_mib: user ?? oldSpaceMib(config), semi_space_mib: userSemiSpace ?? SEMI_SPACE_MIB } };
   }
   if (user !== undefined) return { kind: 'serve', settings: { set_by: 'user', old_space_mib: user } };
   if (env[HEAP_SIZING_ENV] === 'off') return { kind: 'serve', settings: { set_by: 'node' } };
-  return { kind: 'relaunch', flags: heapFlags(config) };
+  return { kind: 'relaunch', flags: heapFlags(config, userSemiSpace) };
 }
