@@ -50,8 +50,8 @@ export class ConnectionTracker {
   /**
    * Idle connections, longest idle first. A connection stays in it while it answers its next
    * request (its state says so; it is skipped, and dropped when met at the cap) and moves to the
-   * end when it is idle again: one Set operation per request, where leaving the set at each
-   * request and coming back after cost three.
+   * end when it is idle again: two Set operations per request, where moving it between an idle
+   * and a busy set cost five.
    */
   readonly #idle = new Set<Connection>();
   /** TLS only: the HTTP socket is created after the TCP one, found again by its peer address. */
