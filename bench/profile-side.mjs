@@ -2,7 +2,8 @@
 // `npm run profile-side` from bench/: where perch's CPU per hit goes beyond the plain bound's
 // (lib/servers/minimal-path.mjs). Both run side by side on the server CPU, each loaded by its own
 // wrk (lib/shared-core.mjs's method), under `perf record -e cpu-clock -C <server CPU>`, both started
-// with `--perf-basic-prof` so that JIT frames have names. Every sample is charged to its process
+// with `--perf-basic-prof` so that JIT frames have names (each map cut to the newest entry per
+// address before perf reads it: lib/perf-areas.mjs). Every sample is charged to its process
 // (main thread or helper threads) and to an area (V8 builtins, perch's functions, node's
 // JavaScript, the kernel...); each area is printed as a share of the bound's CPU per hit, perch
 // against the bound, then the symbols that differ most. Needs `perf` (Debian: linux-perf) and the
@@ -10,11 +11,11 @@
 // BENCH_DURATION_S (15) recorded, after BENCH_WARMUP_S (20); BENCH_CONNECTIONS (64) per server;
 // BENCH_PROFILE_TOP (25) symbols.
 import { execFileSync, spawn } from 'node:child_process';
-import { readdirSync, rmSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { BENCH_KEY, startPerch } from './lib/perch.mjs';
-import { areaOf, perchMinusBound } from './lib/perf-areas.mjs';
+import { areaOf, newestPerfMap, perchMinusBound } from './lib/perf-areas.mjs';
 import { startMinimalPath, startUpstream } from './lib/servers.mjs';
 import { standaloneContext } from './lib/standalone.mjs';
 import { wrk } from './lib/wrk.mjs';
@@ -69,6 +70,10 @@ try {
   for (const proc of stops.reverse()) await proc.stop();
 }
 
+for (const pid of servers.flatMap((s) => s.pids)) {
+  const map = `/tmp/perf-${pid}.map`;
+  if (existsSync(map)) writeFileSync(map, newestPerfMap(readFileSync(map, 'utf8')));
+}
 const samples = execFileSync('perf', ['script', '-i', perfData, '-F', 'pid,tid,ip,sym,dso'], { encoding: 'utf8', maxBuffer: 1 << 30, stdio: ['ignore', 'pipe', 'ignore'] });
 const [bound, perch] = servers;
 const processOf = new Map(servers.flatMap((s) => s.pids.map((pid) => [pid, s.name])));

@@ -51,3 +51,36 @@ export function perchMinusBound(counts, rps) {
     symbols: sum((key) => key.split('\t')[1]),
   };
 }
+
+/**
+ * A `--perf-basic-prof` map (`start size name` per line, hex) with only the newest entry for any
+ * address: V8 reuses the addresses of code it frees, the map keeps every entry, and perf names a
+ * sample after the first that covers it, so start-up code (a schema compiler, a module's top
+ * level) would take the samples of hot code compiled later at the same place. Entries overlapped
+ * by a later one are dropped.
+ */
+export function newestPerfMap(text) {
+  const entries = text
+    .split('\n')
+    .map((line) => /^([0-9a-f]+) ([0-9a-f]+) (.*)$/i.exec(line))
+    .filter((m) => m !== null)
+    .map((m) => ({ start: BigInt(`0x${m[1]}`), end: BigInt(`0x${m[1]}`) + BigInt(`0x${m[2]}`), line: m[0] }));
+  const kept = []; // sorted by start, none overlapping
+  const firstEndingAfter = (start) => {
+    let lo = 0;
+    let hi = kept.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (kept[mid].end <= start) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  };
+  for (let i = entries.length - 1; i >= 0; i--) {
+    const e = entries[i];
+    const at = firstEndingAfter(e.start);
+    if (at < kept.length && kept[at].start < e.end) continue;
+    kept.splice(at, 0, e);
+  }
+  return kept.map((e) => `${e.line}\n`).join('');
+}

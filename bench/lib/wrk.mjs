@@ -80,7 +80,9 @@ export async function wrk({ url, path = '/', headers = {}, connections, duration
   let out = '';
   child.stdout.on('data', (d) => (out += d));
   child.stderr.on('data', (d) => (out += d));
-  const code = await new Promise((resolve) => child.once('exit', resolve));
+  // 'close', not 'exit': at 'exit' the pipes may still hold output, and bash's `times` comes last
+  // (the rare "no CPU times after wrk" of earlier runs).
+  const code = await new Promise((resolve) => child.once('close', resolve));
   const serverAfter = serverPids.map((pid) => cpuSplitOf(pid));
   const sum = (field) => serverAfter.map((after, i) => after[field] - serverBefore[i][field]).reduce((a, b) => a + b, 0);
   const serverUserSeconds = sum('user');
