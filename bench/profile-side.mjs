@@ -12,17 +12,17 @@
 // BENCH_PROFILE_TOP (25) symbols.
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { BENCH_KEY, startPerch } from './lib/perch.mjs';
 import { areaOf, newestPerfMap, perchMinusBound } from './lib/perf-areas.mjs';
 import { startMinimalPath, startUpstream } from './lib/servers.mjs';
-import { standaloneContext } from './lib/standalone.mjs';
+import { perchRoot, standaloneContext } from './lib/standalone.mjs';
 import { wrk } from './lib/wrk.mjs';
 import { HIT_PATH, HIT_USER_ID, primeHit } from './scenarios/hit.mjs';
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
-const repoRoot = process.env.BENCH_PERCH_ROOT ? resolve(process.env.BENCH_PERCH_ROOT) : dirname(benchDir);
+const repoRoot = perchRoot();
 const durationS = Number(process.env.BENCH_DURATION_S ?? 15);
 const warmupS = Number(process.env.BENCH_WARMUP_S ?? 20);
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 64);

@@ -6,18 +6,17 @@
 // BENCH_PROFILE_TRACING=<sample_ratio> turns tracing on, exporting to an OTLP/HTTP sink in this process.
 import { createServer } from 'node:http';
 import { readdirSync, rmSync, statSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { BENCH_KEY, get, perchConfig, startPerchYaml } from './lib/perch.mjs';
 import { summarizeProfile } from './lib/profile.mjs';
 import { startUpstream } from './lib/servers.mjs';
-import { standaloneContext } from './lib/standalone.mjs';
+import { perchRoot, standaloneContext } from './lib/standalone.mjs';
 import { wrk } from './lib/wrk.mjs';
 import { HIT_PATH } from './scenarios/hit.mjs';
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
-// BENCH_PERCH_ROOT: another checkout/build of perch to measure (default: this repository).
-const repoRoot = process.env.BENCH_PERCH_ROOT ? resolve(process.env.BENCH_PERCH_ROOT) : dirname(benchDir);
+const repoRoot = perchRoot();
 const durationS = Number(process.env.BENCH_DURATION_S ?? 10);
 const connections = Number(process.env.BENCH_CONNECTIONS ?? 64);
 const topN = Number(process.env.BENCH_PROFILE_TOP ?? 10);

@@ -19,7 +19,7 @@
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ensureBuilt, metricsSection } from './lib/perch.mjs';
 import { installCleanup, pinning, pinSelf } from './lib/procs.mjs';
@@ -40,10 +40,10 @@ import { redisFrozenScenario } from './scenarios/redis-frozen.mjs';
 import { sickUpstreamScenario } from './scenarios/sick-upstream.mjs';
 import { tracingScenario } from './scenarios/tracing.mjs';
 import { validateScenario } from './scenarios/validate.mjs';
+import { perchRoot } from './lib/standalone.mjs';
 
 const benchDir = dirname(fileURLToPath(import.meta.url));
-// BENCH_PERCH_ROOT: another checkout/build of perch to measure (default: this repository).
-const repoRoot = process.env.BENCH_PERCH_ROOT ? resolve(process.env.BENCH_PERCH_ROOT) : dirname(benchDir);
+const repoRoot = perchRoot();
 
 function num(name, fallback, { min = 0, integer = false } = {}) {
   const raw = process.env[name];

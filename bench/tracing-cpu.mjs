@@ -7,10 +7,11 @@
 // batch queue (2048 spans) overflows at this rate and drops spans, so that row leaves out most
 // of the export; the wrk figure has it. BENCH_TRACING_CPU_REQUESTS (200000), _ROUNDS (5).
 import { createServer } from 'node:http';
-import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { perchRoot } from './lib/standalone.mjs';
 
-const repoRoot = process.env.BENCH_PERCH_ROOT ?? dirname(dirname(fileURLToPath(import.meta.url)));
+const repoRoot = perchRoot();
 const { createTracing, endRequestSpan } = await import(pathToFileURL(join(repoRoot, 'dist/src/tracing/tracing.js')).href);
 const requests = Number(process.env.BENCH_TRACING_CPU_REQUESTS ?? 200_000);
 const rounds = Number(process.env.BENCH_TRACING_CPU_ROUNDS ?? 5);

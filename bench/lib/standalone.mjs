@@ -3,9 +3,18 @@
 // the ctx the scenarios' helpers take.
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
-import { join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { ensureBuilt, metricsSection } from './perch.mjs';
 import { installCleanup, pinning, pinSelf } from './procs.mjs';
+
+/**
+ * The perch checkout the bench measures: BENCH_PERCH_ROOT (another built checkout, to compare
+ * builds), else the repository around bench/.
+ */
+export function perchRoot(env = process.env) {
+  return env.BENCH_PERCH_ROOT ? resolve(env.BENCH_PERCH_ROOT) : dirname(dirname(dirname(fileURLToPath(import.meta.url))));
+}
 
 /** The ctx for perch at `repoRoot`, logging to files in a new temp dir named from `tmpPrefix`. */
 export function standaloneContext({ repoRoot, tmpPrefix }) {
