@@ -2,7 +2,7 @@ import { promisify } from 'node:util';
 import { brotliCompress, brotliCompressSync, brotliDecompress, constants, gunzip, gzip, gzipSync, type BrotliOptions, type ZlibOptions } from 'node:zlib';
 import { ownedBytes } from '../bytes.js';
 import type { CompressionConfig } from '../config/types.js';
-import type { ContentCoding, Encodings } from './entry.js';
+import { encodings, type ContentCoding, type Encodings } from './entry.js';
 
 /**
  * Brotli's quality for stored variants. Node's default, 11, costs about 10 ms per 10 KB page; 4
@@ -55,7 +55,7 @@ const gzipOptions = (body: Buffer): ZlibOptions => ({ level: GZIP_LEVEL, windowB
  * left out: the identity body then serves those clients.
  */
 export async function encode(body: Buffer, settings: CompressionConfig): Promise<Encodings> {
-  if (!compressible(body, settings)) return {};
+  if (!compressible(body, settings)) return encodings(undefined, undefined);
   let br: Buffer | undefined;
   let gz: Buffer | undefined;
   if (body.length <= ON_LOOP_MAX_BYTES) {
@@ -69,7 +69,7 @@ export async function encode(body: Buffer, settings: CompressionConfig): Promise
       settings.gzip ? compressGzip(body, gzipOptions(body)).catch(() => undefined) : undefined,
     ]);
   }
-  return { ...smaller('br', br, body), ...smaller('gzip', gz, body) };
+  return encodings(smaller(br, body), smaller(gz, body));
 }
 
 function attempt(compress: () => Buffer): Buffer | undefined {
@@ -80,9 +80,9 @@ function attempt(compress: () => Buffer): Buffer | undefined {
   }
 }
 
-function smaller(coding: ContentCoding, bytes: Buffer | undefined, body: Buffer): Encodings {
+function smaller(bytes: Buffer | undefined, body: Buffer): Buffer | undefined {
   // zlib hands back a view into its 16 KB output chunk: a copy keeps the entry from pinning it.
-  return bytes !== undefined && bytes.length < body.length ? { [coding]: ownedBytes([bytes], bytes.length) } : {};
+  return bytes !== undefined && bytes.length < body.length ? ownedBytes([bytes], bytes.length) : undefined;
 }
 
 /**

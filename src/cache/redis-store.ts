@@ -1,7 +1,7 @@
 import type { RedisClient } from '../redis/redis-client.js';
 import { ownedBytes } from '../bytes.js';
 import { decode } from './compression.js';
-import { newEntry, type CacheEntry, type ContentCoding } from './entry.js';
+import { encodings, newEntry, type CacheEntry, type ContentCoding } from './entry.js';
 import type { CacheStore } from './store.js';
 
 /**
@@ -89,7 +89,7 @@ export async function decodeEntry(value: Buffer): Promise<CacheEntry | undefined
     ttlMs: value.readUInt32BE(12),
     generation: { all: value.readUInt32BE(16), scope: value.readUInt32BE(20) },
     etag: value.toString('latin1', HEADER_BYTES, start),
-    ...(coding === undefined ? {} : { encoded: { [coding]: payload } }),
+    encoded: coding === undefined ? undefined : coding === 'br' ? encodings(payload, undefined) : encodings(undefined, payload),
   };
 }
 
