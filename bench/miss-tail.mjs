@@ -17,6 +17,7 @@ import { Client } from 'undici';
 import { BENCH_KEY, startPerch } from './lib/perch.mjs';
 import { startUpstream } from './lib/servers.mjs';
 import { perchRoot, standaloneContext } from './lib/standalone.mjs';
+import { percentile } from './lib/stats.mjs';
 
 const durationS = Number(process.env.BENCH_DURATION_S ?? 10);
 const warmupS = Number(process.env.BENCH_WARMUP_S ?? 5);
@@ -99,8 +100,8 @@ function report(requests, stretches) {
   const hi = stretches.at(-1)[1];
   const inside = requests.filter(([s, e]) => s >= lo && e <= hi);
   const latency = inside.map(([s, e]) => e - s).sort((a, b) => a - b);
-  const q = (p) => latency[Math.floor(p * (latency.length - 1))].toFixed(3);
-  console.log(`${inside.length} misses recorded, one at a time: p50 ${q(0.5)} ms, p90 ${q(0.9)} ms, p99 ${q(0.99)} ms, max ${q(1)} ms`);
+  const q = (p) => percentile(latency, p).toFixed(3);
+  console.log(`${inside.length} misses recorded, one at a time: p50 ${q(50)} ms, p90 ${q(90)} ms, p99 ${q(99)} ms, max ${q(100)} ms`);
   const slow = inside.filter(([s, e]) => e - s > slowMs);
   for (const [label, set] of [[`the ${slow.length} misses over ${slowMs} ms`, slow], [`all ${inside.length} misses`, inside]]) {
     const by = new Map();
