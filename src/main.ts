@@ -52,7 +52,7 @@ async function main(): Promise<void> {
   }
   const heap = heapPlan(config, process.execArgv, process.env);
   if (heap.kind === 'relaunch') {
-    relaunch(heap.flags);
+    relaunch(heap.flags, heap.env);
     return;
   }
   // Loaded only here: a Node 20 launcher (relaunch.ts) stays resident, and need not hold perch.

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { getHeapStatistics } from 'node:v8';
-import { heapFlags, heapPlan, HEAP_SIZED_ENV, oldSpaceMib } from '../src/app/heap-size.js';
+import { heapFlags, heapPlan, HEAP_SIZED_ENV, oldSpaceMib, relaunchEnv } from '../src/app/heap-size.js';
 import { parseConfig } from '../src/config/load.js';
 import { KEY, pollFor, testConfig, v1, waitFor } from './helpers/perch.js';
 import { tempDir } from './helpers/temp-dir.js';
@@ -61,6 +61,12 @@ function flagsOf(pid: number): string[] {
   return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter((a) => a.startsWith('--max-'));
 }
 
+/** A variable of a running process's environment, as it was when the process started (Linux /proc). */
+function envOf(pid: number, name: string): string | undefined {
+  const entry = readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0').find((e) => e.startsWith(`${name}=`));
+  return entry?.slice(name.length + 1);
+}
+
 /** The processes whose parent is `pid` (Linux /proc). */
 function childrenOf(pid: number): number[] {
   const children: number[] = [];
@@ -93,21 +99,30 @@ test('the old space perch asks for is 0.85 x max_bytes + 64 MiB, with a 4 MiB se
   // 0.85 x 128 + 64 = 172.8, rounded up.
   assert.equal(oldSpaceMib(config), 173);
   assert.deepEqual(heapFlags(config), ['--max-old-space-size=173', '--max-semi-space-size=4']);
-  assert.deepEqual(heapPlan(config, [], {}), { kind: 'relaunch', flags: heapFlags(config) });
-  assert.deepEqual(heapPlan(config, ['--max-old-space-size=173', '--max-semi-space-size=4'], { [HEAP_SIZED_ENV]: '1' }), {
+  assert.deepEqual(heapPlan(config, [], {}), { kind: 'relaunch', flags: heapFlags(config), env: { MALLOC_ARENA_MAX: '1' } });
+  assert.deepEqual(heapPlan(config, ['--max-old-space-size=173', '--max-semi-space-size=4'], { [HEAP_SIZED_ENV]: '1', MALLOC_ARENA_MAX: '1' }), {
     kind: 'serve',
-    settings: { set_by: 'perch', old_space_mib: 173, semi_space_mib: 4 },
+    settings: { set_by: 'perch', old_space_mib: 173, semi_space_mib: 4, malloc_arena_max: '1' },
   });
   assert.deepEqual(heapPlan(config, [], { NODE_OPTIONS: '--max-old-space-size=512' }), { kind: 'serve', settings: { set_by: 'user', old_space_mib: 512 } });
   assert.deepEqual(heapPlan(config, ['--max-old-space-size=100'], {}), { kind: 'serve', settings: { set_by: 'user', old_space_mib: 100 } });
   assert.deepEqual(heapPlan(config, [], { PERCH_HEAP_SIZING: 'off' }), { kind: 'serve', settings: { set_by: 'node' } });
   // A user's semi-space, in NODE_OPTIONS or node's flags: perch sizes the old space and leaves it be.
-  assert.deepEqual(heapPlan(config, [], { NODE_OPTIONS: '--max-semi-space-size=16' }), { kind: 'relaunch', flags: ['--max-old-space-size=173'] });
-  assert.deepEqual(heapPlan(config, ['--max_semi_space_size=8'], {}), { kind: 'relaunch', flags: ['--max-old-space-size=173'] });
-  assert.deepEqual(heapPlan(config, ['--max-old-space-size=173'], { [HEAP_SIZED_ENV]: '1', NODE_OPTIONS: '--max-semi-space-size=16' }), {
+  assert.deepEqual(heapPlan(config, [], { NODE_OPTIONS: '--max-semi-space-size=16' }), { kind: 'relaunch', flags: ['--max-old-space-size=173'], env: { MALLOC_ARENA_MAX: '1' } });
+  assert.deepEqual(heapPlan(config, ['--max_semi_space_size=8'], {}), { kind: 'relaunch', flags: ['--max-old-space-size=173'], env: { MALLOC_ARENA_MAX: '1' } });
+  assert.deepEqual(heapPlan(config, ['--max-old-space-size=173'], { [HEAP_SIZED_ENV]: '1', NODE_OPTIONS: '--max-semi-space-size=16', MALLOC_ARENA_MAX: '1' }), {
     kind: 'serve',
-    settings: { set_by: 'perch', old_space_mib: 173, semi_space_mib: 16 },
+    settings: { set_by: 'perch', old_space_mib: 173, semi_space_mib: 16, malloc_arena_max: '1' },
   });
+});
+
+test("perch relaunches with one glibc malloc arena, unless the environment sets MALLOC_ARENA_MAX: the user's value is kept and reported", T, () => {
+  const config = parseConfig(testConfig('main: { kind: fixture }'), {});
+  assert.deepEqual(relaunchEnv({}), { MALLOC_ARENA_MAX: '1' });
+  assert.deepEqual(relaunchEnv({ MALLOC_ARENA_MAX: '4' }), {});
+  assert.deepEqual(heapPlan(config, [], { MALLOC_ARENA_MAX: '4' }), { kind: 'relaunch', flags: heapFlags(config), env: {} });
+  const relaunched = heapPlan(config, heapFlags(config), { [HEAP_SIZED_ENV]: '1', MALLOC_ARENA_MAX: '4' });
+  assert.equal(relaunched.kind === 'serve' && relaunched.settings.set_by === 'perch' && relaunched.settings.malloc_arena_max, '4');
 });
 
 test('with nothing passed, perch runs with a heap sized from cache.memory.max_bytes and says so in its first log line', T, async (t) => {
@@ -116,9 +131,10 @@ test('with nothing passed, perch runs with a heap sized from cache.memory.max_by
   const first = perch.lines()[0]!;
   assert.match(String(first.msg), /^perch .* starting$/);
   // The demo's max_bytes is 64 MiB: 0.85 x 64 + 64 = 118.4, rounded up; V8's limit adds three semi-spaces.
-  assert.deepEqual(first.heap, { set_by: 'perch', old_space_mib: 119, semi_space_mib: 4, heap_limit_mib: 119 + 3 * 4 });
+  assert.deepEqual(first.heap, { set_by: 'perch', old_space_mib: 119, semi_space_mib: 4, malloc_arena_max: '1', heap_limit_mib: 119 + 3 * 4 });
   const server = EXECVE ? perch.child.pid! : await pollFor(() => childrenOf(perch.child.pid!)[0]);
   assert.deepEqual(flagsOf(server), ['--max-old-space-size=119', '--max-semi-space-size=4']);
+  assert.equal(envOf(server, 'MALLOC_ARENA_MAX'), '1');
   // One process where node can replace itself; else a launcher and perch below it.
   assert.equal(childrenOf(perch.child.pid!).length, EXECVE ? 0 : 1);
   assert.equal(perch.lines().filter((l) => String(l.msg).endsWith(' starting')).length, 1);
@@ -143,21 +159,23 @@ test("a user's own --max-old-space-size wins, in node's flags or NODE_OPTIONS: n
   }
 });
 
-test("a user's own --max-semi-space-size in NODE_OPTIONS wins over perch's: perch sizes only the old space", T, async (t) => {
-  const perch = startDemo(t, [], { NODE_OPTIONS: '--max-semi-space-size=16' });
+test("a user's own --max-semi-space-size in NODE_OPTIONS and MALLOC_ARENA_MAX win over perch's: perch sizes only the old space", T, async (t) => {
+  const perch = startDemo(t, [], { NODE_OPTIONS: '--max-semi-space-size=16', MALLOC_ARENA_MAX: '4' });
   await listening(perch);
-  assert.deepEqual(perch.lines()[0]!.heap, { set_by: 'perch', old_space_mib: 119, semi_space_mib: 16, heap_limit_mib: 119 + 3 * 16 });
+  assert.deepEqual(perch.lines()[0]!.heap, { set_by: 'perch', old_space_mib: 119, semi_space_mib: 16, malloc_arena_max: '4', heap_limit_mib: 119 + 3 * 16 });
   const server = EXECVE ? perch.child.pid! : await pollFor(() => childrenOf(perch.child.pid!)[0]);
   assert.deepEqual(flagsOf(server), ['--max-old-space-size=119']);
+  assert.equal(envOf(server, 'MALLOC_ARENA_MAX'), '4');
   perch.child.kill('SIGTERM');
   assert.equal(await perch.exited, 0);
 });
 
-test("PERCH_HEAP_SIZING=off keeps node's own heap limit", T, async (t) => {
+test("PERCH_HEAP_SIZING=off keeps node's own heap limit and glibc's arenas", T, async (t) => {
   const perch = startDemo(t, [], { PERCH_HEAP_SIZING: 'off' });
   await listening(perch);
   assert.deepEqual(perch.lines()[0]!.heap, { set_by: 'node', heap_limit_mib: Math.floor(getHeapStatistics().heap_size_limit / 2 ** 20) });
   assert.equal(childrenOf(perch.child.pid!).length, 0);
+  assert.equal(envOf(perch.child.pid!, 'MALLOC_ARENA_MAX'), undefined);
   perch.child.kill('SIGTERM');
   assert.equal(await perch.exited, 0);
 });
