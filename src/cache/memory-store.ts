@@ -10,7 +10,12 @@ import type { CacheStore } from './store.js';
  * real cost is what keeps RSS proportional to `max_bytes` for small bodies such as cached 404s.
  */
 const ENTRY_OVERHEAD_BYTES = 640;
-/** Each compressed variant's Buffer object and backing-store record, by the same reckoning. */
+/**
+ * Each compressed variant. Set when each had a backing store of its own; since an entry's two
+ * variants share one allocation (compression.ts) the second is a Buffer view of about 104 bytes,
+ * but the charge stays, so the tier holds no more entries than before and the saving lowers RSS,
+ * which is still above its target (issue 22).
+ */
 const VARIANT_OVERHEAD_BYTES = 160;
 
 /** What one entry costs `max_bytes`: every body it holds, its key (UTF-16) and the overheads. */
