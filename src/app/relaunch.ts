@@ -9,11 +9,11 @@ type Execve = (file: string, args: string[], env: NodeJS.ProcessEnv) => never;
 /**
  * Runs this same command again with `flags` before the script, `extraEnv` added and
  * `HEAP_SIZED_ENV` set: V8 reads its heap limits, and glibc its arena limit, only when the
- * process starts. Where node has `process.execve` (22.15+), this
- * process becomes the new one, so the PID, the signals and the exit status are as if it had
- * started that way. On Node 20 a child runs it on this process's stdio; this one stays as a
- * launcher that passes signals on and exits as the child did, at the cost of one idle node
- * process (the README's Memory section has its RSS).
+ * process starts. Where node has `process.execve` (22.15+), this process becomes the new one, so
+ * the PID, the signals and the exit status are as if it had started that way. On Node 20 a child
+ * runs it on this process's stdio; this one stays as a launcher that passes signals on and exits
+ * as the child did, at the cost of one idle node process (the README's Memory section has its
+ * RSS).
  */
 export function relaunch(flags: readonly string[], extraEnv: Readonly<Record<string, string>>): void {
   const args = [...flags, ...process.execArgv, ...process.argv.slice(1)];

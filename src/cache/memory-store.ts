@@ -11,10 +11,10 @@ import type { CacheStore } from './store.js';
  */
 const ENTRY_OVERHEAD_BYTES = 640;
 /**
- * Each compressed variant. Set when each had a backing store of its own; since an entry's two
- * variants share one allocation (compression.ts) the second is a Buffer view of about 104 bytes,
- * but the charge stays, so the tier holds no more entries than before and the saving lowers RSS,
- * which is still above its target (issue 22).
+ * Each compressed variant. Set when each had an ArrayBuffer and a backing store of its own; an
+ * entry's two variants now share one (compression.ts), so a pair costs less than twice this, but
+ * the charge stays: the tier holds no more entries than before and the saving lowers RSS, which
+ * is still above its target (issue 22).
  */
 const VARIANT_OVERHEAD_BYTES = 160;
 
