@@ -93,13 +93,11 @@ function smaller(bytes: Buffer | undefined, body: Buffer): Buffer | undefined {
  * GC held more RSS after a fill of 10 KB pages than the records saved (README, Memory).
  */
 function packed(br: Buffer | undefined, gzip: Buffer | undefined): Encodings {
-  if (br === undefined || gzip === undefined) {
-    const one = br ?? gzip;
-    const copy = one === undefined ? undefined : ownedBytes([one], one.length);
-    return br === undefined ? encodings(undefined, copy) : encodings(copy, undefined);
-  }
-  const both = ownedBytes([br, gzip], br.length + gzip.length);
-  return encodings(both.subarray(0, br.length), both.subarray(br.length));
+  const brLength = br?.length ?? 0;
+  const gzipLength = gzip?.length ?? 0;
+  if (brLength + gzipLength === 0) return encodings(undefined, undefined);
+  const all = ownedBytes([br, gzip].filter((b) => b !== undefined), brLength + gzipLength);
+  return encodings(br && all.subarray(0, brLength), gzip && all.subarray(brLength));
 }
 
 /**
