@@ -74,6 +74,11 @@ export function userSemiSpaceMib(execArgv: readonly string[], nodeOptions: strin
   return lastFlagMib(/^--max[-_]semi[-_]space[-_]size=(\d+)$/, execArgv, nodeOptions);
 }
 
+/** `--initial-old-space-size` (MiB) from node's own flags or NODE_OPTIONS, as `userOldSpaceMib`. */
+export function userInitialOldSpaceMib(execArgv: readonly string[], nodeOptions: string | undefined): number | undefined {
+  return lastFlagMib(/^--initial[-_]old[-_]space[-_]size=(\d+)$/, execArgv, nodeOptions);
+}
+
 function lastFlagMib(flagPattern: RegExp, execArgv: readonly string[], nodeOptions: string | undefined): number | undefined {
   let mib: number | undefined;
   for (const flag of [...(nodeOptions ?? '').split(/\s+/), ...execArgv]) {
