@@ -23,14 +23,15 @@ export const SEMI_SPACE_MIB = 4;
 
 /**
  * The share of `cache.memory.max_bytes` below which V8 skips full collections
- * (`--initial-old-space-size`, which V8 keeps as the least its old-generation limit falls to
- * after a collection). Left to itself, V8 sets that limit a few MiB above what is live, and with
- * perch's 20-odd MiB of live heap and a cache still far from full it ran a full collection
- * every 0.6 s under hits (concurrent marking of 63-75 ms a cycle on its worker threads) and about
- * every 0.45 s under misses: on a core shared with those threads, the misses that waited for them
- * were the miss tail. 3/8 of `max_bytes` (48 MiB at 128 MiB) is below what a full tier of
- * ~10 KB pages holds live, so RSS after a fill did not move, where 64 MiB at 128 MiB cost 11 MiB
- * (README, Memory); V8 itself caps the value at half the old space, which this never reaches.
+ * (`--initial-old-space-size`: V8 keeps it as the least its old-generation limit falls to after a
+ * collection, capped at half the old space, which this never reaches). Left to itself, V8 set
+ * that limit a few MiB above what was live, and counts against it the external memory allocated
+ * since the last full collection, which includes every body perch stores: it ran a full
+ * collection every 0.6 s under hits and every 0.65 s under misses (63-75 ms of concurrent marking
+ * a cycle on its worker threads), and on a core shared with those threads the misses that waited
+ * for them were the miss tail. At 128 MiB, 3/8 (48 MiB) held 4-5 MiB more RSS after a fill of
+ * ~10 KB pages and none after one of small users, where 64 MiB held 11-12 MiB more (README,
+ * Memory).
  */
 export const INITIAL_OLD_SPACE_SHARE = 3 / 8;
 
