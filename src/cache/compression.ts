@@ -89,8 +89,9 @@ function smaller(bytes: Buffer | undefined, body: Buffer): Buffer | undefined {
  * into its 16 KB output chunk, so a copy keeps the entry from pinning that; one copy for both,
  * because every Buffer allocated on its own costs an ArrayBuffer object in the heap and a
  * backing-store record outside it besides its bytes (issue 22). The identity body keeps its own:
- * packing it too meant copying it once more per miss, and on Node 20 the copies it left for the
- * GC held more RSS after a fill of 10 KB pages than the records saved (README, Memory).
+ * packing it too meant copying it once more per miss, and on Node 20 RSS after a fill of 10 KB
+ * pages rose instead of falling (README, Memory; the copies left for the GC are the likely
+ * cause, not verified).
  */
 function packed(br: Buffer | undefined, gzip: Buffer | undefined): Encodings {
   const brLength = br?.length ?? 0;
