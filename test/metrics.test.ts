@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { classBytes, classOf } from '../src/cache/slab-pool.js';
 import { KEY, startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { refusedPort, sampleProvider, startUpstream } from './helpers/upstream-server.js';
 import { onCleanup } from './helpers/cleanup.js';
@@ -35,9 +36,12 @@ test('requests, durations, upstream exchanges, coalescing and cache size are exp
   assert.equal(sample(text, 'perch_upstream_duration_seconds_count{upstream="demo",route="user"}'), 1);
   // The user, and the same user under its username (cross-population).
   assert.equal(sample(text, 'perch_cache_entries{tier="memory"}'), 2);
-  // Each entry is charged its body, its key (two bytes a character) and 640 bytes of overhead.
+  // Each entry is charged its body's region (the body rounded up to its slab class), its key (two
+  // bytes a character) and 640 bytes of overhead.
   const twin = `/v1/users/by/username/${String(user.json().username).toLowerCase()}`;
-  const charged = 2 * (Buffer.byteLength(user.text) + 640) + 2 * ('/v1/users/1'.length + twin.length);
+  const region = classBytes(classOf(Buffer.byteLength(user.text)));
+  assert.ok(region > Buffer.byteLength(user.text), 'this body is not a class size: rounding shows');
+  const charged = 2 * (region + 640) + 2 * ('/v1/users/1'.length + twin.length);
   assert.equal(sample(text, 'perch_cache_bytes{tier="memory"}'), charged);
   assert.ok(sample(text, 'process_cpu_seconds_total') !== undefined, 'default process metrics');
   // The scrape itself is not an API request.

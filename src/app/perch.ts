@@ -139,6 +139,7 @@ export function createPerch(options: PerchOptions): Perch {
       if (route === undefined || !operational(route, req, res)) handler(req, res);
     },
     logger,
+    tiers.cache.memory.grace,
   );
   const metricsServer = config.metrics.port === undefined ? undefined : createMetricsServer((req, res) => routes.handleMetricsOnly(req, res));
 

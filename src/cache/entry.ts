@@ -53,7 +53,27 @@ export function newEntry(fields: Omit<CacheEntry, 'etag' | 'encoded'>, encoded?:
  * did (see `encodings`), where an object literal takes its site's.
  */
 export function withEncodings(entry: CacheEntry, encoded: Encodings | undefined): CacheEntry {
-  return { status: entry.status, body: entry.body, storedAt: entry.storedAt, ttlMs: entry.ttlMs, generation: entry.generation, etag: entry.etag, encoded };
+  return withBodies(entry, entry.body, encoded);
+}
+
+/** `entry` with other bytes of the same response: where the memory tier keeps them (slab-pool.ts). */
+export function withBodies(entry: CacheEntry, body: Buffer, encoded: Encodings | undefined): CacheEntry {
+  return { status: entry.status, body, storedAt: entry.storedAt, ttlMs: entry.ttlMs, generation: entry.generation, etag: entry.etag, encoded };
+}
+
+/**
+ * Whether `a` and `b` are the same stored response, wherever their bytes live: the memory tier
+ * keeps a copy of what it is given, so identity no longer tells.
+ */
+export function sameResponse(a: CacheEntry, b: CacheEntry): boolean {
+  return (
+    a.etag === b.etag &&
+    a.storedAt === b.storedAt &&
+    a.ttlMs === b.ttlMs &&
+    a.status === b.status &&
+    a.generation.all === b.generation.all &&
+    a.generation.scope === b.generation.scope
+  );
 }
 
 /**

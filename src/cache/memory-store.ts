@@ -1,6 +1,8 @@
 import { LRUCache } from 'lru-cache';
 import type { Clock } from '../clock.js';
-import type { CacheEntry } from './entry.js';
+import { sameResponse, type CacheEntry } from './entry.js';
+import type { GracePeriods } from './grace-periods.js';
+import { SlabPool } from './slab-pool.js';
 import type { CacheStore } from './store.js';
 
 /**
@@ -32,24 +34,39 @@ export interface MemoryStoreOptions {
   readonly clock: Clock;
 }
 
-/** The in-process tier: an LRU bounded by bytes, answering synchronously. */
+/**
+ * The in-process tier: an LRU bounded by bytes, answering synchronously. It keeps a copy of each
+ * entry with the bytes in its slab pool (slab-pool.ts), so what `get` returns is that copy.
+ */
 export class MemoryStore implements CacheStore {
   readonly tier = 'memory' as const;
   readonly #lru: LRUCache<string, CacheEntry>;
+  readonly #slabs: SlabPool;
   #evictions = 0;
 
   constructor(options: MemoryStoreOptions) {
+    const slabs = new SlabPool(options.maxBytes);
+    this.#slabs = slabs;
     this.#lru = new LRUCache<string, CacheEntry>({
       maxSize: options.maxBytes,
-      sizeCalculation: entryBytes,
       // Retention runs on the injected clock, so expiry is as testable as freshness.
       perf: { now: () => options.clock.now() },
       ttlAutopurge: false,
-      // 'evict' only: deletes, purges, overwrites and expiry are not pressure on max_bytes.
-      dispose: (_entry, _key, reason) => {
+      // Every way out (evicted, deleted, replaced, expired, purged) gives the region back.
+      dispose: (entry, _key, reason) => {
+        slabs.release(entry);
+        // 'evict' only: deletes, purges, overwrites and expiry are not pressure on max_bytes.
         if (reason === 'evict') this.#evictions += 1;
       },
     });
+  }
+
+  /**
+   * The request path joins these while it runs (server/connection-tracker.ts): a region read by
+   * an open request is not reused.
+   */
+  get grace(): GracePeriods {
+    return this.#slabs.grace;
   }
 
   /** Entries dropped so far to stay within `maxBytes`. */
@@ -61,13 +78,17 @@ export class MemoryStore implements CacheStore {
     return this.#lru.get(key);
   }
 
-  /** The entry without touching its recency: for bookkeeping, not for serving. */
-  peek(key: string): CacheEntry | undefined {
-    return this.#lru.peek(key);
+  /** Whether the entry under `key` is still `entry`'s response; recency untouched. */
+  holds(key: string, entry: CacheEntry): boolean {
+    const held = this.#lru.peek(key);
+    return held !== undefined && sameResponse(held, entry);
   }
 
   set(key: string, entry: CacheEntry, retainMs: number): void {
-    this.#lru.set(key, entry, { ttl: retainMs });
+    const stored = this.#slabs.place(entry);
+    this.#lru.set(key, stored, { ttl: retainMs, size: entryBytes(stored, key) + this.#slabs.waste(stored) });
+    // lru-cache keeps nothing larger than maxSize, and then disposes of nothing either.
+    if (this.#lru.peek(key, { allowStale: true }) !== stored) this.#slabs.release(stored);
   }
 
   delete(key: string): void {

@@ -136,7 +136,7 @@ export class TieredCache {
         const full = encoded === undefined || (encoded.br === undefined && encoded.gzip === undefined) ? entry : withEncodings(entry, encoded);
         const retainMs = this.#retainUntil(entry) - this.#clock.now();
         if (retainMs <= 0) return;
-        if (full !== entry && this.memory.peek(key) === entry) this.memory.set(key, full, retainMs);
+        if (full !== entry && this.memory.holds(key, entry)) this.memory.set(key, full, retainMs);
         if (redis !== undefined) await redis.guard.run('set', redis.store.redisKey(key), () => redis.store.set(key, full, retainMs));
       }),
     );

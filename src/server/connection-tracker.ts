@@ -24,6 +24,16 @@ interface Connection {
 }
 
 /**
+ * What the cache needs to know of each request's lifetime: memory it hands out is not reused
+ * while a request that may hold it is open (cache/grace-periods.ts).
+ */
+export interface RequestSpans {
+  /** A request begins; the token goes back to `leave` when its response closes. */
+  enter(): number;
+  leave(token: number): void;
+}
+
+/**
  * A socket's connection, kept on the socket itself: the tracker reads it on every request, and a
  * property load there is cheaper than a WeakMap lookup (it showed in the hit path's profile).
  */
@@ -57,10 +67,12 @@ export class ConnectionTracker {
   /** TLS only: the HTTP socket is created after the TCP one, found again by its peer address. */
   readonly #byPeer = new Map<string, Connection>();
   #draining = false;
+  readonly #spans: RequestSpans | undefined;
 
-  constructor(maxConnections: number, tls: boolean) {
+  constructor(maxConnections: number, tls: boolean, spans?: RequestSpans) {
     this.#max = maxConnections;
     this.#tls = tls;
+    this.#spans = spans;
   }
 
   /** A new TCP connection (the server's `connection` event). */
@@ -94,13 +106,23 @@ export class ConnectionTracker {
   request(req: IncomingMessage, res: ServerResponse): void {
     const connection = (req.socket as TrackedSocket)[CONNECTION];
     if (this.#draining) res.shouldKeepAlive = false;
-    if (connection === undefined) return;
+    const spans = this.#spans;
+    // Entered for every request, tracked or not: its close is the one sure sign that nothing of
+    // it still reads what the cache handed out. One listener serves both.
+    const token = spans?.enter() ?? 0;
+    if (connection === undefined) {
+      if (spans !== undefined) res.once('close', () => spans.leave(token));
+      return;
+    }
     if (connection.state === 'silent') this.#silent.delete(connection);
     connection.state = 'busy';
     connection.inflight++;
     connection.req = req;
     connection.res = res;
-    res.once('close', () => this.#answered(connection));
+    res.once('close', () => {
+      spans?.leave(token);
+      this.#answered(connection);
+    });
   }
 
   /**

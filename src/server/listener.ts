@@ -12,7 +12,7 @@ import type { ServerConfig } from '../config/types.js';
 import { ERROR_MESSAGES, type ErrorCode } from '../errors/error-table.js';
 import type { Logger } from '../logging/logger.js';
 import { handleClientError, refuseConnect } from './client-error.js';
-import { ConnectionTracker } from './connection-tracker.js';
+import { ConnectionTracker, type RequestSpans } from './connection-tracker.js';
 import { sendError } from './respond.js';
 import { readTlsFiles } from './tls.js';
 
@@ -28,7 +28,7 @@ const trackers = new WeakMap<Server, ConnectionTracker>();
  * oversized request head never reaches perch's code, and every refusal at this level still has
  * the interface's error shape (see client-error.ts).
  */
-export function createApiServer(config: ServerConfig, listener: RequestListener, logger: Logger): Server {
+export function createApiServer(config: ServerConfig, listener: RequestListener, logger: Logger, spans?: RequestSpans): Server {
   const options: ServerOptions = {
     headersTimeout: config.headers_timeout_ms,
     requestTimeout: config.request_timeout_ms,
@@ -39,7 +39,7 @@ export function createApiServer(config: ServerConfig, listener: RequestListener,
     requireHostHeader: false,
   };
   const tls = config.tls !== undefined;
-  const tracker = new ConnectionTracker(config.max_connections, tls);
+  const tracker = new ConnectionTracker(config.max_connections, tls, spans);
   const guarded: RequestListener = (req, res) => {
     tracker.request(req, res);
     if (admit(req, res, config.max_header_bytes)) listener(req, res);

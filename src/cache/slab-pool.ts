@@ -1,0 +1,164 @@
+import { ownedBytes } from '../bytes.js';
+import { encodings, withBodies, type CacheEntry } from './entry.js';
+import { GracePeriods } from './grace-periods.js';
+
+/**
+ * Entries larger than this (identity body and variants together) get memory of their own: the
+ * pages and users the interface serves are 1-20 KB, and a few large bodies are not what starts
+ * the collections the slabs are for.
+ */
+export const MAX_REGION_BYTES = 65_536;
+
+/** One reservation. Node 20 ends a Buffer at 4 GiB; a larger `max_bytes` takes several. */
+const CHUNK_BYTES = 1024 ** 3;
+
+/**
+ * Region sizes, smallest first: steps of 64 bytes to 1 KiB, then eight steps per doubling, so
+ * rounding up wastes at most 1/8 of a region (charged to `max_bytes`, see `waste`).
+ */
+const CLASS_BYTES: readonly number[] = (() => {
+  const sizes: number[] = [];
+  for (let size = 64; size <= 1024; size += 64) sizes.push(size);
+  for (let base = 1024; base < MAX_REGION_BYTES; base *= 2) {
+    for (let k = 1; k <= 8; k++) sizes.push(base + (k * base) / 8);
+  }
+  return sizes;
+})();
+
+/** A released region travels through the grace periods as one number: position and class. */
+const CLASS_SPAN = 128;
+
+/** The smallest class that holds `bytes` (1 to MAX_REGION_BYTES). */
+export function classOf(bytes: number): number {
+  if (bytes <= 1024) return Math.ceil(bytes / 64) - 1;
+  const power = 31 - Math.clz32(bytes - 1);
+  const step = 2 ** (power - 3);
+  return 16 + (power - 10) * 8 + Math.ceil((bytes - 2 ** power) / step) - 1;
+}
+
+export function classBytes(index: number): number {
+  return CLASS_BYTES[index]!;
+}
+
+function storedBytes(entry: CacheEntry): number {
+  return entry.body.length + (entry.encoded?.br?.length ?? 0) + (entry.encoded?.gzip?.length ?? 0);
+}
+
+/**
+ * The memory tier's bodies, held in a few large reservations instead of one allocation each.
+ *
+ * V8 counts every Buffer allocated since its last full collection against the old generation's
+ * limit (`AllocatedExternalMemorySinceMarkCompact` in heap.h), so each stored body brought the
+ * next full collection closer, and an evicted body's memory came back only after one: the miss
+ * tail and the hits' GC share (README, Performance). Regions of a reservation made once are
+ * counted once, at start, and an evicted entry's region is reused as soon as no open request
+ * can still be reading it (grace-periods.ts).
+ *
+ * An entry's identity body and variants share one region, in that order. Regions come in
+ * classes (`CLASS_BYTES`), each with its own free list; a class's regions are cut from the
+ * reservation where its free list is empty. When the reservation is used up, or an entry is
+ * larger than `MAX_REGION_BYTES`, the entry gets memory of its own, as before the slabs.
+ */
+export class SlabPool {
+  readonly #chunks: Buffer[] = [];
+  readonly #chunkOf = new Map<ArrayBufferLike, number>();
+  readonly #capacity: number;
+  /** Where the next new region starts, counted over all chunks. */
+  #top = 0;
+  readonly #free: number[][] = CLASS_BYTES.map(() => []);
+  /** When released regions may be reused; the request path enters and leaves it. */
+  readonly grace = new GracePeriods((region) => this.#free[region % CLASS_SPAN]!.push(Math.floor(region / CLASS_SPAN)));
+
+  /**
+   * Reserves `maxBytes` at once. Only the pages regions are cut from become resident; reserving
+   * it all now makes V8 count it once, at start, when a collection is cheap. A reservation the
+   * system refuses leaves the pool smaller, down to none: entries then get memory of their own.
+   */
+  constructor(maxBytes: number) {
+    let reserved = 0;
+    while (reserved < maxBytes) {
+      const bytes = Math.min(CHUNK_BYTES, maxBytes - reserved);
+      let chunk: Buffer;
+      try {
+        chunk = Buffer.allocUnsafeSlow(bytes);
+      } catch {
+        break;
+      }
+      this.#chunkOf.set(chunk.buffer, this.#chunks.length);
+      this.#chunks.push(chunk);
+      reserved += bytes;
+    }
+    this.#capacity = reserved;
+  }
+
+  /**
+   * `entry` as the memory tier keeps it: a copy in a region of the pool, or, where there is no
+   * region for it, `entry` itself. An entry already in the pool is copied either way, so no two
+   * stored entries ever share a region.
+   */
+  place(entry: CacheEntry): CacheEntry {
+    const bytes = storedBytes(entry);
+    const position = bytes === 0 || bytes > MAX_REGION_BYTES ? undefined : this.#take(classOf(bytes));
+    if (position === undefined) return this.#inPool(entry) ? ownCopy(entry) : entry;
+    const chunk = this.#chunks[Math.floor(position / CHUNK_BYTES)]!;
+    let at = position % CHUNK_BYTES;
+    const cut = (bytes: Buffer | undefined): Buffer | undefined => {
+      if (bytes === undefined) return undefined;
+      const start = at;
+      at += bytes.copy(chunk, at);
+      return chunk.subarray(start, at);
+    };
+    const body = cut(entry.body)!;
+    const { encoded } = entry;
+    return withBodies(entry, body, encoded === undefined ? undefined : encodings(cut(encoded.br), cut(encoded.gzip)));
+  }
+
+  /** `entry` left the tier: its region is reused once the requests open now have closed. */
+  release(entry: CacheEntry): void {
+    const chunk = this.#chunkOf.get(entry.body.buffer);
+    if (chunk === undefined) return;
+    const position = chunk * CHUNK_BYTES + entry.body.byteOffset;
+    this.grace.release(position * CLASS_SPAN + classOf(storedBytes(entry)));
+  }
+
+  /** What rounding `entry`'s region up to its class adds: charged to `max_bytes` with the rest. */
+  waste(entry: CacheEntry): number {
+    if (!this.#chunkOf.has(entry.body.buffer)) return 0;
+    const bytes = storedBytes(entry);
+    return classBytes(classOf(bytes)) - bytes;
+  }
+
+  /** Bytes reserved, and bytes cut into regions so far (in use, waiting or free). */
+  get stats(): { reservedBytes: number; cutBytes: number } {
+    return { reservedBytes: this.#capacity, cutBytes: this.#top };
+  }
+
+  #take(index: number): number | undefined {
+    const free = this.#free[index]!;
+    if (free.length > 0) return free.pop();
+    const size = CLASS_BYTES[index]!;
+    let top = this.#top;
+    // A region never spans two chunks: the end of a chunk too short for it is left unused.
+    const chunkEnd = (Math.floor(top / CHUNK_BYTES) + 1) * CHUNK_BYTES;
+    if (top + size > chunkEnd) top = chunkEnd;
+    if (top + size > this.#capacity) return undefined;
+    this.#top = top + size;
+    return top;
+  }
+
+  #inPool(entry: CacheEntry): boolean {
+    const { encoded } = entry;
+    return (
+      this.#chunkOf.has(entry.body.buffer) ||
+      (encoded?.br !== undefined && this.#chunkOf.has(encoded.br.buffer)) ||
+      (encoded?.gzip !== undefined && this.#chunkOf.has(encoded.gzip.buffer))
+    );
+  }
+}
+
+/** `entry` with bodies of its own. */
+function ownCopy(entry: CacheEntry): CacheEntry {
+  const own = (bytes: Buffer | undefined) => bytes && ownedBytes([bytes], bytes.length);
+  const { encoded } = entry;
+  return withBodies(entry, own(entry.body)!, encoded === undefined ? undefined : encodings(own(encoded.br), own(encoded.gzip)));
+}

@@ -1,0 +1,69 @@
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { newEntry, type CacheEntry } from '../src/cache/entry.js';
+import { MemoryStore } from '../src/cache/memory-store.js';
+import { ManualClock } from './helpers/clock.js';
+import { startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
+import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
+
+const T = { timeout: 10_000 };
+
+function page(fill: number, bytes = 10_000): CacheEntry {
+  return newEntry({ status: 200, body: Buffer.alloc(bytes, fill), storedAt: 0, ttlMs: 60_000, generation: { all: 0, scope: 0 } });
+}
+
+test('bytes an open request read stay intact after their entry is evicted, and their region is reused once it closes', T, () => {
+  // Room for five 10 KB pages: each store after the fifth evicts the oldest.
+  const store = new MemoryStore({ maxBytes: 60_000, clock: new ManualClock() });
+  for (let i = 0; i < 5; i++) store.set(`/p/${i}`, page(i), 60_000);
+  const reading = store.grace.enter();
+  const read = store.get('/p/0')!;
+  for (let i = 5; i < 40; i++) store.set(`/p/${i}`, page(i), 60_000);
+  assert.equal(store.get('/p/0'), undefined, 'evicted');
+  assert.ok(read.body.every((b) => b === 0), 'another page was written over what the request is sending');
+  store.grace.leave(reading);
+  for (let i = 40; i < 80; i++) store.set(`/p/${i}`, page(i), 60_000);
+  for (let i = 75; i < 80; i++) assert.ok(store.get(`/p/${i}`)!.body.every((b) => b === i), `page ${i}`);
+  assert.ok(read.body.some((b) => b !== 0), 'after the request closed, its region went to a later page');
+});
+
+test('holds: the entry under a key is the response given, though the tier keeps a copy', T, () => {
+  const store = new MemoryStore({ maxBytes: 60_000, clock: new ManualClock() });
+  const given = page(1);
+  store.set('/p', given, 60_000);
+  assert.notEqual(store.get('/p'), given);
+  assert.equal(store.holds('/p', given), true);
+  assert.equal(store.holds('/p', { ...given, storedAt: 1 }), false);
+  assert.equal(store.holds('/other', given), false);
+});
+
+test('an entry its charge keeps out of the tier gives its region back at once', T, () => {
+  // The pool reserves max_bytes; a 10,240-byte region fits once, its entry's charge does not.
+  const store = new MemoryStore({ maxBytes: 11_000, clock: new ManualClock() });
+  store.set(`/${'x'.repeat(100)}`, page(1, 10_240), 60_000);
+  assert.deepEqual(store.size(), { entries: 0, bytes: 0 });
+  store.set('/k', page(2), 60_000);
+  const kept = store.get('/k')!;
+  assert.equal(kept.body.buffer.byteLength, 11_000, 'kept in the pool, in the region the refused entry gave back');
+  assert.equal(kept.body.byteOffset, 0);
+});
+
+test('every API request holds the memory tier\'s regions from its arrival until its response closes', T, async (t) => {
+  let answer: (() => void) | undefined;
+  const upstream = await startUpstream(t, (req, res) => {
+    answer = () => sampleProvider(req, res);
+  });
+  const perch = await startPerch(t, testConfig(v1('slow', upstream.url)));
+  const { grace } = perch.cache.memory;
+  assert.equal(grace.open, 0);
+  const pending = perch.request('/v1/users/1');
+  await waitFor(() => answer !== undefined);
+  assert.equal(grace.open, 1, 'a miss waiting on its upstream is open');
+  answer!();
+  assert.equal((await pending).status, 200);
+  await waitFor(() => grace.open === 0);
+  assert.equal((await perch.request('/v1/users/1')).status, 200);
+  await waitFor(() => grace.open === 0);
+  assert.equal((await perch.request('/nope')).status, 404);
+  await waitFor(() => grace.open === 0);
+});
