@@ -3,7 +3,8 @@ import { test } from 'node:test';
 import { newEntry, type CacheEntry } from '../src/cache/entry.js';
 import { MemoryStore } from '../src/cache/memory-store.js';
 import { ManualClock } from './helpers/clock.js';
-import { startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
+import { KEY, startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
+import { holdConnection, rawGet } from './helpers/raw-http.js';
 import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
 
 const T = { timeout: 10_000 };
@@ -66,4 +67,19 @@ test('every API request holds the memory tier\'s regions from its arrival until 
   await waitFor(() => grace.open === 0);
   assert.equal((await perch.request('/nope')).status, 404);
   await waitFor(() => grace.open === 0);
+});
+
+test('pipelined requests still queued when their client goes leave too (Node 20 never closes their responses)', T, async (t) => {
+  const held: Array<() => void> = [];
+  const upstream = await startUpstream(t, (req, res) => {
+    held.push(() => sampleProvider(req, res));
+  });
+  const perch = await startPerch(t, testConfig(v1('slow', upstream.url)));
+  const { grace } = perch.cache.memory;
+  const client = await holdConnection(t, Number(new URL(perch.url).port));
+  client.socket.write(['/v1/users/1', '/v1/users/2', '/v1/users/3'].map((path) => rawGet(path, KEY)).join(''));
+  await waitFor(() => grace.open === 3);
+  client.socket.destroy();
+  await waitFor(() => grace.open === 0);
+  for (const answer of held) answer();
 });

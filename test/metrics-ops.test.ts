@@ -8,7 +8,7 @@ import { createPerch } from '../src/app/perch.js';
 import { PERCH_VERSION } from '../src/version.js';
 import { newEntry } from '../src/cache/entry.js';
 import { captureLogs } from './helpers/log-capture.js';
-import { KEY, OTHER_KEY, startPerch, testConfig } from './helpers/perch.js';
+import { KEY, OTHER_KEY, startPerch, testConfig, waitFor } from './helpers/perch.js';
 import { onCleanup } from './helpers/cleanup.js';
 
 const T = { timeout: 20_000 };
@@ -67,6 +67,40 @@ test('perch_cache_evictions_total counts entries the memory tier dropped for spa
   for (const key of ['/1', '/2', '/3', '/4', '/5']) perch.cache.memory.set(key, entry, 60_000);
   // Three 300 KB entries fit in 1 MiB; the fourth and fifth each push the oldest out.
   assert.equal(sample(await scrape(`http://127.0.0.1:${port}`), 'perch_cache_evictions_total'), 2);
+});
+
+test('perch_cache_slab_* show the pool: regions cut, regions held back by an open request, stores that got memory of their own', T, async (t) => {
+  const config = parseConfig(testConfig('demo: { kind: fixture }', 'cache: { memory: { max_bytes: 1048576 } }'), {});
+  const perch = createPerch({ config, logger: captureLogs().logger });
+  const { port } = await perch.listen();
+  onCleanup(t, () => perch.close());
+  const { memory } = perch.cache;
+  const entry = (bytes: number) => newEntry({ status: 200, body: Buffer.alloc(bytes, 7), storedAt: Date.now(), ttlMs: 60_000, generation: { all: 0, scope: 0 } });
+  const scraped = async () => {
+    const text = await scrape(`http://127.0.0.1:${port}`);
+    return {
+      reserved: sample(text, 'perch_cache_slab_bytes{state="reserved"}'),
+      cut: sample(text, 'perch_cache_slab_bytes{state="cut"}'),
+      waiting: sample(text, 'perch_cache_slab_regions_waiting'),
+      full: sample(text, 'perch_cache_slab_own_memory_stores_total{reason="full"}'),
+      tooLarge: sample(text, 'perch_cache_slab_own_memory_stores_total{reason="too_large"}'),
+    };
+  };
+  assert.deepEqual(await scraped(), { reserved: 1_048_576, cut: 0, waiting: 0, full: 0, tooLarge: 0 });
+  memory.set('/large', entry(300_000), 60_000);
+  memory.delete('/large');
+  // 60,000-byte bodies take 61,440-byte regions: 17 fit in the reservation. A request held open
+  // keeps every region evicted meanwhile waiting, so the 18th store on finds none free.
+  const open = memory.grace.enter();
+  for (let i = 0; i < 20; i++) memory.set(`/k${String(i).padStart(2, '0')}`, entry(60_000), 60_000);
+  const held = await scraped();
+  assert.deepEqual(held, { reserved: 1_048_576, cut: 17 * 61_440, waiting: memory.evictions, full: 3, tooLarge: 1 });
+  assert.ok(memory.evictions > 0);
+  memory.grace.leave(open);
+  // The scrapes are requests too: the last one's response may close just after its body arrived.
+  await waitFor(() => memory.grace.open === 0);
+  memory.set('/after', entry(60_000), 60_000);
+  assert.deepEqual(await scraped(), { ...held, waiting: 0 });
 });
 
 test('a refused reload shows in perch_config_last_reload_* and the /readyz checks; a good one clears it', T, async (t) => {

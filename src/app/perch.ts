@@ -97,6 +97,7 @@ export function createPerch(options: PerchOptions): Perch {
   const handler = createRequestHandler({ live: runtime, cache: readThrough, rateLimits, budgets, logger, metrics, tracing });
   metrics.addCacheTier(tiers.cache.memory);
   metrics.addEvictionCount(() => tiers.cache.memory.evictions);
+  metrics.addSlabMetrics(() => tiers.cache.memory.slabs);
   metrics.addBudgetGauges(() => budgets.all());
   metrics.addThrottleGauge(() => Object.fromEntries(Object.entries(runtime.current.upstreams.status()).map(([name, status]) => [name, status.throttle])));
   // Prometheus's own names for the same facts (prometheus_config_last_reload_*), so alerts carry over.

@@ -2,7 +2,7 @@ import { LRUCache } from 'lru-cache';
 import type { Clock } from '../clock.js';
 import { sameResponse, type CacheEntry } from './entry.js';
 import type { GracePeriods } from './grace-periods.js';
-import { SlabPool } from './slab-pool.js';
+import { SlabPool, type SlabStats } from './slab-pool.js';
 import type { CacheStore } from './store.js';
 
 /**
@@ -67,6 +67,11 @@ export class MemoryStore implements CacheStore {
    */
   get grace(): GracePeriods {
     return this.#slabs.grace;
+  }
+
+  /** Where the bytes live: the slab pool's figures, for the metrics. */
+  get slabs(): SlabStats {
+    return this.#slabs.stats;
   }
 
   /** Entries dropped so far to stay within `maxBytes`. */

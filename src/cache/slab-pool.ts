@@ -44,6 +44,18 @@ function storedBytes(entry: CacheEntry): number {
   return entry.body.length + (entry.encoded?.br?.length ?? 0) + (entry.encoded?.gzip?.length ?? 0);
 }
 
+/** The pool as the metrics see it (`perch_cache_slab_*`). */
+export interface SlabStats {
+  /** Bytes reserved at start. */
+  readonly reservedBytes: number;
+  /** Bytes cut into regions so far: the most of the reservation that can have become resident. */
+  readonly cutBytes: number;
+  /** Regions given back and waiting for the requests open at their release to close. */
+  readonly waitingRegions: number;
+  /** Stores that got memory of their own: no region free, or the entry larger than a region. */
+  readonly ownMemoryStores: { readonly full: number; readonly too_large: number };
+}
+
 /**
  * The memory tier's bodies, held in a few large reservations instead of one allocation each.
  *
@@ -66,6 +78,7 @@ export class SlabPool {
   /** Where the next new region starts, counted over all chunks. */
   #top = 0;
   readonly #free: number[][] = CLASS_BYTES.map(() => []);
+  readonly #ownMemory = { full: 0, too_large: 0 };
   /** When released regions may be reused; the request path enters and leaves it. */
   readonly grace = new GracePeriods((region) => this.#free[region % CLASS_SPAN]!.push(Math.floor(region / CLASS_SPAN)));
 
@@ -99,7 +112,11 @@ export class SlabPool {
   place(entry: CacheEntry): CacheEntry {
     const bytes = storedBytes(entry);
     const position = bytes === 0 || bytes > MAX_REGION_BYTES ? undefined : this.#take(classOf(bytes));
-    if (position === undefined) return this.#inPool(entry) ? ownCopy(entry) : entry;
+    if (position === undefined) {
+      if (bytes > MAX_REGION_BYTES) this.#ownMemory.too_large += 1;
+      else if (bytes > 0) this.#ownMemory.full += 1;
+      return this.#inPool(entry) ? ownCopy(entry) : entry;
+    }
     const chunk = this.#chunks[Math.floor(position / CHUNK_BYTES)]!;
     let at = position % CHUNK_BYTES;
     const cut = (bytes: Buffer | undefined): Buffer | undefined => {
@@ -128,9 +145,8 @@ export class SlabPool {
     return classBytes(classOf(bytes)) - bytes;
   }
 
-  /** Bytes reserved, and bytes cut into regions so far (in use, waiting or free). */
-  get stats(): { reservedBytes: number; cutBytes: number } {
-    return { reservedBytes: this.#capacity, cutBytes: this.#top };
+  get stats(): SlabStats {
+    return { reservedBytes: this.#capacity, cutBytes: this.#top, waitingRegions: this.grace.held, ownMemoryStores: { ...this.#ownMemory } };
   }
 
   #take(index: number): number | undefined {

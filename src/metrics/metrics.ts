@@ -2,6 +2,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics, type LabelV
 import { FastCounter, FastHistogram } from './fast-metrics.js';
 import type { CacheOutcome } from '../cache/outcome.js';
 import type { CacheStore, CacheTier } from '../cache/store.js';
+import type { SlabStats } from '../cache/slab-pool.js';
 import type { EndpointName } from '../endpoints.js';
 import type { BreakerState, CredentialState, RecheckResult, RetryDecision, UpstreamEvents } from '../upstream/events.js';
 import type { RefusalReason, UpstreamResult } from '../upstream/upstream.js';
@@ -223,6 +224,46 @@ export class PerchMetrics implements UpstreamEvents {
       collect() {
         this.reset();
         this.inc(read());
+      },
+    });
+  }
+
+  /**
+   * Exports the memory tier's slab pool (cache/slab-pool.ts), read at scrape time: how much of
+   * the reservation is cut into regions, how many regions wait for open requests, and how many
+   * stores got memory of their own. A rising `full` count means reuse is held back (requests open
+   * for long) or the pool is cut into classes the entries no longer need.
+   */
+  addSlabMetrics(read: () => SlabStats): void {
+    new Gauge({
+      name: 'perch_cache_slab_bytes',
+      help: 'The memory tier slab pool: bytes reserved at start (state="reserved") and cut into regions so far (state="cut").',
+      labelNames: ['state'],
+      registers: [this.registry],
+      collect() {
+        const stats = read();
+        this.set({ state: 'reserved' }, stats.reservedBytes);
+        this.set({ state: 'cut' }, stats.cutBytes);
+      },
+    });
+    new Gauge({
+      name: 'perch_cache_slab_regions_waiting',
+      help: 'Slab regions given back by the memory tier and not yet reusable: requests open since their release may still be sending them.',
+      registers: [this.registry],
+      collect() {
+        this.set(read().waitingRegions);
+      },
+    });
+    new Counter({
+      name: 'perch_cache_slab_own_memory_stores_total',
+      help: 'Memory tier stores that got memory of their own instead of a slab region: reason="full" (no region free), reason="too_large" (over 64 KiB).',
+      labelNames: ['reason'],
+      registers: [this.registry],
+      collect() {
+        const { ownMemoryStores } = read();
+        this.reset();
+        this.inc({ reason: 'full' }, ownMemoryStores.full);
+        this.inc({ reason: 'too_large' }, ownMemoryStores.too_large);
       },
     });
   }

@@ -19,6 +19,8 @@ interface Connection {
   readAtIdle: number;
   state: State;
   gone: boolean;
+  /** Tokens of this connection's requests in the cache's spans, not yet left. */
+  readonly spans: number[];
   /** TLS only: the peer address, the key of `#byPeer` (read once: it is gone after a close). */
   readonly peer?: string;
 }
@@ -86,12 +88,18 @@ export class ConnectionTracker {
       this.#forget(victim);
       victim.tcp.destroy();
     }
-    const connection: Connection = { tcp, http: tcp, inflight: 0, readAtIdle: 0, state: 'silent', gone: false, ...(this.#tls ? { peer: peer(tcp) } : {}) };
+    const connection: Connection = { tcp, http: tcp, inflight: 0, readAtIdle: 0, state: 'silent', gone: false, spans: [], ...(this.#tls ? { peer: peer(tcp) } : {}) };
     this.#all.add(connection);
     this.#silent.add(connection);
     (tcp as TrackedSocket)[CONNECTION] = connection;
     if (connection.peer !== undefined) this.#byPeer.set(connection.peer, connection);
-    tcp.once('close', () => this.#forget(connection));
+    tcp.once('close', () => {
+      this.#forget(connection);
+      // Node 20 never closes the responses still queued behind the current one when a pipelining
+      // client goes (Node 24 does): their requests leave here, once nothing can be written.
+      const spans = this.#spans;
+      if (spans !== undefined) for (const token of connection.spans.splice(0)) spans.leave(token);
+    });
   }
 
   /** TLS only: the handshake finished; `tls` is the socket requests will arrive on. */
@@ -107,11 +115,11 @@ export class ConnectionTracker {
     const connection = (req.socket as TrackedSocket)[CONNECTION];
     if (this.#draining) res.shouldKeepAlive = false;
     const spans = this.#spans;
-    // Entered for every request, tracked or not: its close is the one sure sign that nothing of
-    // it still reads what the cache handed out. One listener serves both.
+    // Entered for every request: its close (or its connection's) is the one sure sign that
+    // nothing of it still reads what the cache handed out. One listener serves both.
     const token = spans?.enter() ?? 0;
     if (connection === undefined) {
-      if (spans !== undefined) res.once('close', () => spans.leave(token));
+      if (spans !== undefined) leaveOnce(spans, token, res, req.socket);
       return;
     }
     if (connection.state === 'silent') this.#silent.delete(connection);
@@ -119,8 +127,16 @@ export class ConnectionTracker {
     connection.inflight++;
     connection.req = req;
     connection.res = res;
+    if (spans !== undefined) connection.spans.push(token);
     res.once('close', () => {
-      spans?.leave(token);
+      if (spans !== undefined) {
+        const at = connection.spans.indexOf(token);
+        // Absent when the connection's close came first and left for it.
+        if (at !== -1) {
+          connection.spans.splice(at, 1);
+          spans.leave(token);
+        }
+      }
       this.#answered(connection);
     });
   }
@@ -197,6 +213,20 @@ export class ConnectionTracker {
     this.#idle.delete(connection);
     if (connection.peer !== undefined) this.#byPeer.delete(connection.peer);
   }
+}
+
+/** An untracked socket's request leaves at its response's close or its socket's, whichever is first. */
+function leaveOnce(spans: RequestSpans, token: number, res: ServerResponse, socket: Socket): void {
+  let left = false;
+  const leave = () => {
+    if (left) return;
+    left = true;
+    res.off('close', leave);
+    socket.off('close', leave);
+    spans.leave(token);
+  };
+  res.once('close', leave);
+  socket.once('close', leave);
 }
 
 function first<T>(set: Set<T>): T | undefined {
