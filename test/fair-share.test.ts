@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Redis } from 'ioredis';
-import { ANY } from '../src/upstream/guard/provider-state.js';
+import { ANY, CLOCK_GRANULARITY_MS } from '../src/upstream/guard/provider-state.js';
 import { RedisProviderState } from '../src/upstream/guard/redis-state.js';
 import { ManualClock } from './helpers/clock.js';
 import { KEY, OTHER_KEY, startPerch, waitFor, type RunningPerch, type TestResponse } from './helpers/perch.js';
@@ -38,6 +38,9 @@ async function send(perch: RunningPerch, clock: ManualClock, upstream: TestUpstr
   return { response };
 }
 
+/** A one-second cap window, and the millisecond a call's mark may lag its answer (provider-state.ts). */
+const WINDOW_MS = 1000 + CLOCK_GRANULARITY_MS;
+
 /** Responses answered so far, over every `send`. */
 let answered = 0;
 
@@ -68,9 +71,9 @@ test('a crawler\'s backlog does not starve another key: its miss is the next cal
   assert.deepEqual(ids(upstream), [1, 2]);
   pending.push((await send(perch, clock, upstream, OTHER_KEY, 100)).response);
   // The cap's window lets 2 calls a second: the next second's first is the app's.
-  await release(clock, upstream, 1000, 3);
+  await release(clock, upstream, WINDOW_MS, 3);
   assert.deepEqual(ids(upstream).slice(0, 3), [1, 2, 100], 'the app is next, ahead of the crawler\'s six');
-  await release(clock, upstream, 1000, 9);
+  await release(clock, upstream, WINDOW_MS, 9);
   const statuses = (await Promise.all(pending)).map((r) => r.status);
   assert.deepEqual(statuses, [200, 200, 200, 200, 200, 200, 200, 200, 200]);
   assert.deepEqual(ids(upstream), [1, 2, 100, 3, 4, 5, 6, 7, 8]);
@@ -87,7 +90,7 @@ test('provider_weight: a key of a plan of weight 3 gets three calls to one of we
   pending.push((await send(perch, clock, upstream, OTHER_KEY, 101)).response);
   for (let id = 2; id <= 4; id++) pending.push((await send(perch, clock, upstream, KEY, id)).response);
   pending.push((await send(perch, clock, upstream, OTHER_KEY, 102)).response);
-  await release(clock, upstream, 1000, 6);
+  await release(clock, upstream, WINDOW_MS, 6);
   await Promise.all(pending);
   // Start tags: crawler 1/3, 2/3, 1 for 2-4 (its first call took 0 to 1/3), app 0 and 1: the
   // app's second call waits for the crawler's three. With equal weights it would go before 3.

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { ProviderProtectionConfig } from '../src/config/types.js';
 import { IN_FLIGHT_POLL_MS, MemoryProviderState } from '../src/upstream/guard/memory-state.js';
-import { ANY, compileCap, type AdmitQuery, type CallCap } from '../src/upstream/guard/provider-state.js';
+import { ANY, CLOCK_GRANULARITY_MS as G, compileCap, type AdmitQuery, type CallCap } from '../src/upstream/guard/provider-state.js';
 import { ManualClock } from './helpers/clock.js';
 
 const PROTECTION: ProviderProtectionConfig = {
@@ -40,11 +40,14 @@ test('the rate cap admits the burst, then never more than the rate in any one-se
   const state = new MemoryProviderState(clock);
   const cap = compileCap({ ...PROTECTION, max_requests_per_second: 10, burst: 10 });
   for (let i = 0; i < 10; i++) assert.equal(call(state, cap), 'admitted', `call ${i}`);
-  // The bucket refills 1 token per 100 ms, but the window holds 10 calls until the first ages out.
-  assert.deepEqual(state.admit(query(cap)), { kind: 'over_cap', waitMs: 1000 });
+  // The bucket refills 1 token per 100 ms, but the window holds 10 calls until the first ages out,
+  // a millisecond past the window: marks are whole milliseconds.
+  assert.deepEqual(state.admit(query(cap)), { kind: 'over_cap', waitMs: 1000 + G });
   clock.advance(500);
-  assert.deepEqual(state.admit(query(cap)), { kind: 'over_cap', waitMs: 500 });
+  assert.deepEqual(state.admit(query(cap)), { kind: 'over_cap', waitMs: 500 + G });
   clock.advance(500);
+  assert.deepEqual(state.admit(query(cap)), { kind: 'over_cap', waitMs: G }, 'a call marked t may have been answered at t + 0.999');
+  clock.advance(G);
   for (let i = 0; i < 10; i++) assert.equal(call(state, cap), 'admitted', `second window, call ${i}`);
   assert.equal(call(state, cap), 'over_cap');
 });
@@ -59,8 +62,8 @@ test('a call counts in the window from its start until a window after its answer
   // Still in flight: it may reach the provider any moment, so it holds the window.
   assert.deepEqual(state.admit(query(cap)), { kind: 'over_cap', waitMs: IN_FLIGHT_POLL_MS });
   state.finish('main', slow.leaseId);
-  assert.deepEqual(state.admit(query(cap)), { kind: 'over_cap', waitMs: 1000 });
-  clock.advance(1000);
+  assert.deepEqual(state.admit(query(cap)), { kind: 'over_cap', waitMs: 1000 + G });
+  clock.advance(1000 + G);
   assert.equal(call(state, cap), 'admitted');
 });
 
@@ -81,8 +84,8 @@ test('a rate under one per second gets a window that holds one call', { timeout:
   const cap = compileCap({ ...PROTECTION, max_requests_per_second: 0.2 });
   assert.deepEqual(cap.rate, { perSecond: 0.2, burst: 1, windowLimit: 1, windowMs: 5000 });
   assert.equal(call(state, cap), 'admitted');
-  assert.deepEqual(state.admit(query(cap)), { kind: 'over_cap', waitMs: 5000 });
-  clock.advance(5000);
+  assert.deepEqual(state.admit(query(cap)), { kind: 'over_cap', waitMs: 5000 + G });
+  clock.advance(5000 + G);
   assert.equal(call(state, cap), 'admitted');
 });
 
@@ -94,8 +97,8 @@ test('the quota is a sliding window: never more than its requests in any window'
   clock.advance(100_000);
   assert.equal(call(state, cap), 'admitted');
   assert.equal(call(state, cap), 'admitted');
-  assert.deepEqual(state.admit(query(cap)), { kind: 'over_cap', waitMs: 800_000 });
-  clock.advance(800_000);
+  assert.deepEqual(state.admit(query(cap)), { kind: 'over_cap', waitMs: 800_000 + G });
+  clock.advance(800_000 + G);
   assert.equal(call(state, cap), 'admitted');
   assert.deepEqual(state.admit(query(cap)), { kind: 'over_cap', waitMs: 100_000 });
 });

@@ -52,8 +52,9 @@ export class AdmissionQueue {
   /** The waiting call whose admission the pump is asking the cap for now. */
   #asking: Waiter | undefined;
   #cancelWake: (() => void) | undefined;
-  /** The cap's latest estimate of the wait, for calls refused without asking it. */
+  /** The cap's latest estimate of the wait, for calls refused without asking it, and when it was made. */
   #lastWaitMs = 1000;
+  #lastWaitAt = 0;
 
   constructor(options: { size: number; clock: Clock; timers: Timers }) {
     this.#size = options.size;
@@ -80,10 +81,10 @@ export class AdmissionQueue {
         this.#served(this.#flow(payer), payer);
         return { admission: first, waitedMs: 0 };
       }
-      this.#lastWaitMs = first.waitMs;
+      this.#estimate(first.waitMs);
       if (maxWaitMs <= 0 || this.#size === 0) return { admission: first, waitedMs: 0 };
     } else if (maxWaitMs <= 0 || (this.#length >= this.#size && !this.#pushOut(payer))) {
-      return { admission: { kind: 'over_cap', waitMs: this.#lastWaitMs }, waitedMs: 0 };
+      return { admission: { kind: 'over_cap', waitMs: this.#waitLeft() }, waitedMs: 0 };
     }
     const admission = await new Promise<Admission>((finish) => {
       const waiter: Waiter = { payer, seq: this.#seq++, tryAdmit, finish, cancelExpiry: () => {}, expired: false };
@@ -163,7 +164,7 @@ export class AdmissionQueue {
     const refused = worst.waiters.pop()!;
     this.#length--;
     refused.cancelExpiry();
-    refused.finish({ kind: 'over_cap', waitMs: this.#lastWaitMs });
+    refused.finish({ kind: 'over_cap', waitMs: this.#waitLeft() });
     return true;
   }
 
@@ -179,7 +180,20 @@ export class AdmissionQueue {
     // The pump may be asking the cap for it right now; the pump settles it with the answer.
     if (waiter === this.#asking) return;
     this.#remove(waiter);
-    waiter.finish({ kind: 'over_cap', waitMs: this.#lastWaitMs });
+    waiter.finish({ kind: 'over_cap', waitMs: this.#waitLeft() });
+  }
+
+  #estimate(waitMs: number): void {
+    this.#lastWaitMs = waitMs;
+    this.#lastWaitAt = this.#clock.now();
+  }
+
+  /**
+   * What is left of the latest estimate: a call refused when its queue time runs out was last
+   * estimated up to `queue_timeout_ms` ago, and that wait has been running since.
+   */
+  #waitLeft(): number {
+    return Math.max(0, this.#lastWaitMs - (this.#clock.now() - this.#lastWaitAt));
   }
 
   #scheduleWake(ms: number | undefined): void {
@@ -200,7 +214,7 @@ export class AdmissionQueue {
         const admission = await head.tryAdmit();
         this.#asking = undefined;
         if (admission.kind === 'over_cap') {
-          this.#lastWaitMs = admission.waitMs;
+          this.#estimate(admission.waitMs);
           if (!head.expired) {
             this.#scheduleWake(admission.waitMs);
             return;

@@ -1,5 +1,5 @@
 import type { Clock } from '../../clock.js';
-import { stopKeysFor, type Admission, type AdmitQuery, type CallCap, type ProviderState, type Spend, type SpendQuery, type Stop, type StopState } from './provider-state.js';
+import { CLOCK_GRANULARITY_MS, stopKeysFor, type Admission, type AdmitQuery, type CallCap, type ProviderState, type Spend, type SpendQuery, type Stop, type StopState } from './provider-state.js';
 
 /** Slack for floating-point refills, as in the client token buckets. */
 const EPSILON = 1e-9;
@@ -174,13 +174,13 @@ function waitFor(ledger: Ledger, cap: CallCap, now: number): number {
   return wait;
 }
 
-/** A call whose mark is `t` counts in the window until `t + windowMs` (exclusive). */
+/** A call whose mark is `t` counts in the window until `t + windowMs + CLOCK_GRANULARITY_MS` (exclusive). */
 function windowWait(log: Map<string, number>, limit: number, windowMs: number, now: number): number {
-  for (const [id, mark] of log) if (mark + windowMs <= now) log.delete(id);
+  for (const [id, mark] of log) if (mark + windowMs + CLOCK_GRANULARITY_MS <= now) log.delete(id);
   if (log.size < limit) return 0;
   const edge = [...log.values()].sort((a, b) => a - b)[log.size - limit]!;
   // A mark in the future is a call in flight: its window ends a window after its answer.
-  return edge > now ? IN_FLIGHT_POLL_MS : edge + windowMs - now;
+  return edge > now ? IN_FLIGHT_POLL_MS : edge + windowMs + CLOCK_GRANULARITY_MS - now;
 }
 
 function take(ledger: Ledger, query: AdmitQuery, now: number): void {

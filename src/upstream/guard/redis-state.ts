@@ -1,5 +1,6 @@
 import type { RedisClient } from '../../redis/redis-client.js';
 import {
+  CLOCK_GRANULARITY_MS,
   stopKeysFor,
   type Admission,
   type AdmitQuery,
@@ -62,6 +63,7 @@ local rnow = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 -- Milliseconds until the sliding log at key holds fewer than limit calls; a mark in the future
 -- is a call in flight, which frees its place only a window after its answer: look again soon.
 local function window_wait(key, limit, window)
+  window = window + ${CLOCK_GRANULARITY_MS}
   redis.call('ZREMRANGEBYSCORE', key, '-inf', rnow - window)
   local n = redis.call('ZCARD', key)
   if n < limit then return 0 end
