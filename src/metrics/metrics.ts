@@ -248,7 +248,7 @@ export class PerchMetrics implements UpstreamEvents {
     });
     new Gauge({
       name: 'perch_cache_slab_regions_waiting',
-      help: 'Slab regions given back by the memory tier and not yet reusable: requests open since their release may still be sending them.',
+      help: 'Slab regions given back by the memory tier and not yet reusable: requests that were open at their release may still be sending them.',
       registers: [this.registry],
       collect() {
         this.set(read().waitingRegions);
