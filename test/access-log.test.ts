@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Writable } from 'node:stream';
@@ -109,4 +109,24 @@ test('the line batcher writes lines within its delay without a flush, after a fu
   write(`{"long":"${'z'.repeat(100_000)}"}\n`);
   write('{"after":2}\n');
   await waitFor(() => readFileSync(file, 'utf8') === expected);
+});
+
+test('the line batcher writes a batch that a long line ended at once, not at its timer', { timeout: 5000 }, async (t) => {
+  const { file, fd } = tempLogFile(t);
+  const batcher = new LineBatcher(fd);
+  // The timer never fires: what reaches the file was written because a batch ended.
+  t.mock.timers.enable({ apis: ['setTimeout'] });
+  // 400-character lines: the next line's room check (3 bytes per character) ends each batch
+  // before the batch is full, which is the way an access line with a user agent ends them.
+  const line = `{"pad":"${'y'.repeat(389)}"}\n`;
+  assert.equal(line.length, 400);
+  const lines = 170;
+  for (let i = 0; i < lines; i++) batcher.write(line);
+  const firstBatch = Math.floor((64 * 1024 - 3 * line.length) / line.length + 1) * line.length;
+  const deadline = performance.now() + 4000;
+  while (statSync(file).size < firstBatch && performance.now() < deadline) await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(statSync(file).size, firstBatch);
+  t.mock.timers.reset();
+  await new Promise<void>((resolve) => batcher.flush(() => resolve()));
+  assert.equal(statSync(file).size, lines * line.length);
 });

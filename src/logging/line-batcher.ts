@@ -43,8 +43,12 @@ export class LineBatcher {
       return true;
     }
     // UTF-8 takes at most 3 bytes per UTF-16 unit; a line that might not fit starts a new batch.
+    // The batch it ends goes out now: with lines over about 340 characters (the access line with
+    // a user agent) this, not the full-batch check below, ends nearly every batch, and batches
+    // left for the timer piled up faster than the spares came back, each a new 64 KB buffer.
     if (this.#used + line.length * 3 > this.#current.length) {
       this.#seal();
+      this.#start();
       if (line.length * 3 > this.#current.length) {
         this.#append(Buffer.from(line, 'utf8'));
         this.#start();
