@@ -8,7 +8,7 @@
 //   BENCH_WARMUP_S (2)           warm-up run per target before measuring (capped at the duration)
 //   BENCH_CONNECTIONS (64)       hit-path connections, also the cache-fill concurrency
 //   BENCH_MISS_CONNECTIONS (1)   miss-path connections (see scenarios/miss.mjs)
-//   BENCH_ONLY                   comma list of scenarios: hit,hit-side,hit-rate,bytes,miss,economy,memory,redis-frozen,validate,quota,sick-upstream,fairness,tracing
+//   BENCH_ONLY                   comma list of scenarios: hit,hit-side,hit-tail,hit-rate,bytes,miss,economy,memory,redis-frozen,validate,quota,sick-upstream,fairness,tracing
 //   BENCH_ECONOMY_REQUESTS (100000), BENCH_ECONOMY_KEYS (10000), BENCH_ZIPF_S (1.1), BENCH_SEED (6)
 //   BENCH_MEMORY_ENTRIES (100000), BENCH_MEMORY_PAGES (40000), BENCH_MEMORY_MAX_BYTES (134217728)
 //   BENCH_SERVER_CPU (0), BENCH_CLIENT_CPU (1)
@@ -33,6 +33,7 @@ import { fairnessScenario } from './scenarios/fairness.mjs';
 import { hitScenario } from './scenarios/hit.mjs';
 import { hitRateScenario } from './scenarios/hit-rate.mjs';
 import { hitSideScenario } from './scenarios/hit-side.mjs';
+import { hitTailScenario } from './scenarios/hit-tail.mjs';
 import { memoryScenario } from './scenarios/memory.mjs';
 import { missScenario } from './scenarios/miss.mjs';
 import { quotaScenario } from './scenarios/quota.mjs';
@@ -58,6 +59,7 @@ function num(name, fallback, { min = 0, integer = false } = {}) {
 const SCENARIOS = {
   hit: hitScenario,
   'hit-side': hitSideScenario,
+  'hit-tail': hitTailScenario,
   'hit-rate': hitRateScenario,
   bytes: bytesScenario,
   miss: missScenario,
@@ -72,7 +74,7 @@ const SCENARIOS = {
 };
 
 /** The scenarios whose figures wrk measures (hit-rate: its saturated rate). */
-const LOAD_GENERATED = ['hit', 'hit-side', 'hit-rate', 'bytes', 'miss', 'redis-frozen', 'tracing'];
+const LOAD_GENERATED = ['hit', 'hit-side', 'hit-tail', 'hit-rate', 'bytes', 'miss', 'redis-frozen', 'tracing'];
 
 function readOptions() {
   const durationS = num('BENCH_DURATION_S', 10, { min: 1 });

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `npm run setup` in bench/: installs, from Debian's packages, what the bench runs beside perch
 # when it is missing (wrk: the load generator; nginx-light and varnish: the hit-path peers;
-# redis-server: perch's rate limits in Redis; valgrind: `npm run tracing-instructions`), then the
-# bench's npm dependencies.
+# redis-server: perch's rate limits in Redis; valgrind: `npm run tracing-instructions`; tcpdump:
+# the hit-tail scenario's packet timing), then the bench's npm dependencies.
 #
 # The bench starts its own nginx, varnishd and redis-server on free 127.0.0.1 ports with temp
 # dirs and kills them at the end, so the system services these packages come with must not run:
@@ -12,10 +12,10 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-declare -A package_of=([wrk]=wrk [nginx]=nginx-light [varnishd]=varnish [redis-server]=redis-server [valgrind]=valgrind)
+declare -A package_of=([wrk]=wrk [nginx]=nginx-light [varnishd]=varnish [redis-server]=redis-server [valgrind]=valgrind [tcpdump]=tcpdump)
 declare -A service_of=([nginx-light]=nginx [varnish]=varnish [redis-server]=redis-server)
 missing=()
-for tool in wrk nginx varnishd redis-server valgrind; do
+for tool in wrk nginx varnishd redis-server valgrind tcpdump; do
   # nginx and varnishd live in /usr/sbin, not always on a normal user's PATH.
   command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || missing+=("${package_of[$tool]}")
 done
