@@ -137,7 +137,10 @@ export async function hitScenario(ctx) {
     // perch and the plain bound are not run side by side, so their ratio is median against
     // median (rotation spreads the drift); going through each one's ceiling run instead would
     // add two more tails' noise (one smoke run gave 0.76x that way for 2.4x median to median).
-    // The plain bound's own figures are paired with the ceiling like the others.
+    // The plain bound's own figures are paired with the ceiling like the others. These are wrk's
+    // percentiles, its synthetic samples included, which at the start of a run are mostly the
+    // admission ramp (lib/packet-timing.mjs); issue 22's target for the p99 against the plain
+    // bound is judged from packets, by the hit-tail scenario, so here it is reported only.
     const latencyFigure = (name, field, label, baseline, { id = `hit.${field}.${name}`, target } = {}) => ({
       id,
       label: `hit latency ${field === 'p999' ? 'p99.9' : 'p99'}, ${label}, ${options.connections} conns (ms)`,
@@ -150,9 +153,8 @@ export async function hitScenario(ctx) {
       rule: 'throughput',
     });
     figures.push(
-      latencyFigure('perch', 'p99', 'rate limits in memory, against the plain bound', 'minimal', {
+      latencyFigure('perch', 'p99', "rate limits in memory, against the plain bound, as wrk reports it (the target: hit-tail's figure from packets)", 'minimal', {
         id: 'hit.p99.perch-plain',
-        target: { text: '<= 1.5x plain bound', pass: (v, b, ratio) => ratio <= 1.5 },
       }),
       latencyFigure('perch', 'p999', 'rate limits in memory', 'minimal'),
       latencyFigure('minimal', 'p99', "a hit's work, plainly, on node:http", 'ceiling'),
