@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import calculateSlot from 'cluster-key-slot';
 import { ManualClock } from './helpers/clock.js';
-import { startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
+import { pollFor, startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
 import { startRedisCluster, type TestRedisCluster } from './helpers/redis-cluster.js';
 import { sampleProvider, startUpstream, type TestUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
 
@@ -254,9 +254,15 @@ test('cluster: a master killed while it has a replica: perch follows the promoti
   };
   const paths = Array.from({ length: 1500 }, (_, i) => `/v1/users/${i + 1}`).filter(onVictim);
   // Its replica: the node whose master is the victim, in the victim's own view of the cluster.
-  const lines = (await cluster.cli(victim.port, 'cluster', 'nodes')).split('\n');
-  const victimId = lines.find((line) => line.includes('myself'))!.split(' ')[0]!;
-  const replicaPort = Number(/:(\d+)@/.exec(lines.find((line) => line.split(' ')[3] === victimId)!)![1]);
+  // That view learns the replica by gossip, which may not have reached it yet when the cluster
+  // first reports itself ok (a Node 24 CI run once found no such line).
+  const replicaPort = await pollFor(async () => {
+    const lines = (await cluster.cli(victim.port, 'cluster', 'nodes')).split('\n');
+    const victimId = lines.find((line) => line.includes('myself'))?.split(' ')[0];
+    const replica = lines.find((line) => victimId !== undefined && line.split(' ')[3] === victimId);
+    const port = replica === undefined ? undefined : Number(/:(\d+)@/.exec(replica)?.[1]);
+    return port !== undefined && port > 0 ? port : undefined;
+  }, 20_000);
   const exists = async (port: number, path: string) => (await cluster.cli(port, 'exists', `t:c:${path}`)) === '1';
 
   let next = 0;
