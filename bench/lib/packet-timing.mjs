@@ -39,18 +39,13 @@ export async function capturePackets({ port, file, cpu = null }) {
     }
     await sleep(20);
   }
-  let stopped;
   return {
-    /** Ends the capture (once; later calls resolve the same). */
-    stop() {
-      stopped ??= (async () => {
-        const { user, system } = cpuSplitOf(proc.pid);
-        proc.child.kill('SIGINT');
-        await proc.exited;
-        const dropped = Number(/(\d+) packets? dropped by kernel/.exec(proc.stderr())?.[1] ?? NaN);
-        return { cpuSeconds: user + system, dropped };
-      })();
-      return stopped;
+    async stop() {
+      const { user, system } = cpuSplitOf(proc.pid);
+      proc.child.kill('SIGINT');
+      await proc.exited;
+      const dropped = Number(/(\d+) packets? dropped by kernel/.exec(proc.stderr())?.[1] ?? NaN);
+      return { cpuSeconds: user + system, dropped };
     },
   };
 }
@@ -90,7 +85,9 @@ export function requestsFromPcap(file, port) {
     const syn = (b[tcp + 13] & 0x12) === 0x02;
     if (syn && toServer) {
       firstSyn ??= t;
-      finish(connections.get(client) ?? { requestAt: null, answerEnd: null });
+      // A port used again: the connection that had it is over.
+      const before = connections.get(client);
+      if (before !== undefined) finish(before);
       connections.set(client, { requestAt: null, answerEnd: null, firstAnswer: null });
       continue;
     }

@@ -41,8 +41,13 @@ export async function hitTailScenario(ctx) {
       const port = Number(new URL(t.url).port);
       const file = join(ctx.tmpDir, `hit-tail-${runNo++}.pcap`);
       const capture = await capturePackets({ port, file, cpu: ctx.pin.clientCpu });
-      const result = await wrk({ url: t.url, path: HIT_PATH, headers: { 'x-api-key': BENCH_KEY }, connections: options.connections, durationS, cpu: ctx.pin.clientCpu, serverCpu: ctx.pin.serverCpu, serverPids: t.pids }).finally(() => capture.stop());
-      const captured = await capture.stop();
+      let result;
+      let captured;
+      try {
+        result = await wrk({ url: t.url, path: HIT_PATH, headers: { 'x-api-key': BENCH_KEY }, connections: options.connections, durationS, cpu: ctx.pin.clientCpu, serverCpu: ctx.pin.serverCpu, serverPids: t.pids });
+      } finally {
+        captured = await capture.stop();
+      }
       const { latencies, firstAnswers } = requestsFromPcap(file, port);
       const sorted = latencies.sort((a, b) => a - b);
       const windowS = result.durationUs / 1e6;
