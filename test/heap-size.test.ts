@@ -1,11 +1,12 @@
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { getHeapStatistics } from 'node:v8';
 import { heapFlags, heapPlan, HEAP_SIZED_ENV, initialOldSpaceMib, oldSpaceMib, relaunchEnv } from '../src/app/heap-size.js';
+import { execWords } from '../src/app/relaunch.js';
 import { parseConfig } from '../src/config/load.js';
 import { KEY, pollFor, testConfig, v1, waitFor } from './helpers/perch.js';
 import { tempDir } from './helpers/temp-dir.js';
@@ -13,6 +14,8 @@ import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
 import { onCleanup } from './helpers/cleanup.js';
 
 const MAIN = fileURLToPath(new URL('../src/main.js', import.meta.url));
+/** perch's command (package.json's bin), which sizes the heap before node starts. */
+const BIN = fileURLToPath(new URL('../../bin/perch', import.meta.url));
 const DEMO_CONFIG = fileURLToPath(new URL('../../config/perch.yaml', import.meta.url));
 const T = { timeout: 20_000 };
 /** Whether this node replaces the process on a relaunch (22.15+) rather than running a child. */
@@ -25,12 +28,14 @@ interface Started {
 }
 
 /**
- * perch on `config` (the demo's by default) at port 0 with `nodeArgs` and `env`; killed, with
- * any process below it, when the test ends.
+ * perch on `config` (the demo's by default) at port 0 with `nodeArgs` and `env`, or through
+ * `bin/perch` with `bin` (then no `nodeArgs`; the bin finds this node first on PATH); killed,
+ * with any process below it, when the test ends.
  */
-function startDemo(t: TestContext, nodeArgs: string[] = [], env: NodeJS.ProcessEnv = {}, { detached = false, config = DEMO_CONFIG } = {}): Started {
-  const child = spawn(process.execPath, [...nodeArgs, MAIN, '--config', config], {
-    env: { PATH: process.env.PATH, PERCH_PORT: '0', ...env },
+function startDemo(t: TestContext, nodeArgs: string[] = [], env: NodeJS.ProcessEnv = {}, { detached = false, config = DEMO_CONFIG, bin = false } = {}): Started {
+  const [file, args] = bin ? [BIN, ['--config', config]] : [process.execPath, [...nodeArgs, MAIN, '--config', config]];
+  const child = spawn(file, args, {
+    env: { PATH: `${dirname(process.execPath)}:${process.env.PATH}`, PERCH_PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'ignore'],
     detached,
   });
@@ -155,6 +160,50 @@ test('with nothing passed, perch runs with a heap sized from cache.memory.max_by
   perch.child.kill('SIGTERM');
   assert.equal(await perch.exited, 0);
   assert.equal(alive(server), false);
+});
+
+test('bin/perch execs the words exec-words prints: the variables for env, then node and its flags', T, () => {
+  assert.deepEqual(execWords(['--max-old-space-size=173', '--max-semi-space-size=4'], { MALLOC_ARENA_MAX: '1' }), [
+    'MALLOC_ARENA_MAX=1',
+    `${HEAP_SIZED_ENV}=1`,
+    'node',
+    '--max-old-space-size=173',
+    '--max-semi-space-size=4',
+  ]);
+  assert.deepEqual(execWords([], {}), [`${HEAP_SIZED_ENV}=1`, 'node']);
+});
+
+test('through bin/perch, perch is the one process on every node: sized heap, one arena, its own PID, signals and exit status', T, async (t) => {
+  const perch = startDemo(t, [], {}, { bin: true });
+  await listening(perch);
+  assert.deepEqual(perch.lines()[0]!.heap, { set_by: 'perch', old_space_mib: 119, semi_space_mib: 4, initial_old_space_mib: 24, malloc_arena_max: '1', heap_limit_mib: 119 + 3 * 4 });
+  const pid = perch.child.pid!;
+  assert.deepEqual(flagsOf(pid), ['--max-old-space-size=119', '--max-semi-space-size=4', '--initial-old-space-size=24']);
+  assert.equal(readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0], 'node');
+  assert.equal(envOf(pid, 'MALLOC_ARENA_MAX'), '1');
+  assert.equal(childrenOf(pid).length, 0);
+  perch.child.kill('SIGTERM');
+  assert.equal(await perch.exited, 0);
+  assert.equal(perch.lines().at(-1)!.msg, 'perch stopped');
+});
+
+test("through bin/perch, a user's NODE_OPTIONS heap wins, and a bad configuration is reported once with exit status 2", T, async (t) => {
+  const perch = startDemo(t, [], { NODE_OPTIONS: '--max-old-space-size=300' }, { bin: true });
+  await listening(perch);
+  const heap = perch.lines()[0]!.heap as Record<string, unknown>;
+  assert.deepEqual([heap.set_by, heap.old_space_mib], ['user', 300]);
+  assert.deepEqual(flagsOf(perch.child.pid!), []);
+  perch.child.kill('SIGTERM');
+  assert.equal(await perch.exited, 0);
+
+  const config = join(tempDir(t, 'perch-heap-'), 'perch.yaml');
+  writeFileSync(config, 'server: { port: "eighty" }\n');
+  const bad = spawn(BIN, ['--config', config], { env: { PATH: `${dirname(process.execPath)}:${process.env.PATH}` }, stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  bad.stderr.on('data', (d) => (stderr += d));
+  const code = await new Promise<number | null>((resolve) => bad.on('exit', resolve));
+  assert.equal(code, 2);
+  assert.equal(stderr.split('is not a valid configuration').length, 2, stderr);
 });
 
 test("a user's own --max-old-space-size wins, in node's flags or NODE_OPTIONS: no relaunch", T, async (t) => {

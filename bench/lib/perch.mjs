@@ -1,7 +1,7 @@
 // Starting perch (the compiled dist/src/main.js) as a pinned child process from a temp YAML config.
 import { execFileSync } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { request } from 'undici';
 import { freePort, processTree, start, waitUntilServing } from './procs.mjs';
 
@@ -58,14 +58,16 @@ export function metricsSection(ctx) {
  * `ctx.options.logToFile` is false (then /dev/null). `nodeArgs` go to node before perch's script
  * (V8 heap settings, say); `env` is added to the bench's environment; `node` is the runtime (or
  * a wrapper such as valgrind, with the runtime's path in `nodeArgs`); `startTimeoutMs` bounds the
- * wait for the first answer.
+ * wait for the first answer. `bin` starts perch's command (bin/perch, as `npx perch` and `npm
+ * start` do) with `node`'s directory first on PATH, in place of node and dist/src/main.js; it
+ * takes no `nodeArgs`, and a checkout without bin/perch (an older build) starts as before.
  */
 export function startPerch(ctx, name, configOptions, options = {}) {
   return startPerchYaml(ctx, name, (port) => perchConfig({ ...configOptions, port, metricsYaml: ctx.metricsYaml }), options);
 }
 
 /** As `startPerch`, from the YAML `yamlFor(port)` returns, for scenarios that need their own keys and plans. */
-export async function startPerchYaml(ctx, name, yamlFor, { cpuProfileDir, nodeArgs: extraNodeArgs = [], env: extraEnv = {}, node = process.execPath, startTimeoutMs = 15_000, ownSession = false } = {}) {
+export async function startPerchYaml(ctx, name, yamlFor, { cpuProfileDir, nodeArgs: extraNodeArgs = [], env: extraEnv = {}, node = process.execPath, startTimeoutMs = 15_000, ownSession = false, bin = false } = {}) {
   const port = await freePort();
   const configFile = join(ctx.tmpDir, `${name}.yaml`);
   writeFileSync(configFile, yamlFor(port));
@@ -78,7 +80,11 @@ export async function startPerchYaml(ctx, name, yamlFor, { cpuProfileDir, nodeAr
   }
   const env = { ...process.env, ...extraEnv };
   delete env.PERCH_CONFIG;
-  const proc = start(name, node, [...nodeArgs, ctx.perchMain, '--config', configFile], {
+  const binPath = join(dirname(dirname(dirname(ctx.perchMain))), 'bin', 'perch');
+  const viaBin = bin && nodeArgs.length === 0 && existsSync(binPath);
+  if (viaBin) env.PATH = `${dirname(node)}:${env.PATH}`;
+  const [command, args] = viaBin ? [binPath, ['--config', configFile]] : [node, [...nodeArgs, ctx.perchMain, '--config', configFile]];
+  const proc = start(name, command, args, {
     cpu: ctx.pin.serverCpu,
     cwd: ctx.repoRoot,
     env,
@@ -88,7 +94,8 @@ export async function startPerchYaml(ctx, name, yamlFor, { cpuProfileDir, nodeAr
   closeSync(logFd);
   const url = `http://127.0.0.1:${port}`;
   await waitUntilServing(proc, `${url}/v1/users/1`, { timeoutMs: startTimeoutMs });
-  // On Node 20 perch relaunches itself as a child to size its heap: its CPU and memory are the tree's.
+  // On Node 20, started as node dist/src/main.js, perch relaunches itself as a child to size its
+  // heap: its CPU and memory are the tree's.
   return { proc, url, port, configFile, logPath, pids: processTree(proc.pid) };
 }
 

@@ -4,9 +4,10 @@
 // - ~1.5 KB user entries (`entries`, 100k: perch charges each body, its compressed variants,
 //   2 x key and the overheads, so 100k are well over max_bytes) and ~10 KB tweets pages (`pages`,
 //   40k: ~3x max_bytes);
-// - nothing passed, as a user starts perch: perch sizes V8's heap from max_bytes itself
-//   (src/app/heap-size.ts, relaunching on Node 20 as a child: the whole process tree is
-//   measured); and Node's own defaults (`PERCH_HEAP_SIZING=off`), the behaviour before it. The
+// - nothing passed, as a user starts perch (bin/perch, the command `npx perch` and `npm start`
+//   run): perch sizes V8's heap from max_bytes itself (src/app/heap-size.ts) before node starts;
+//   the whole process tree is measured, which on Node 20 included a launcher when perch was
+//   started as node dist/src/main.js (a build without bin/perch still is); and Node's own defaults (`PERCH_HEAP_SIZING=off`), the behaviour before it. The
 //   evicted entries are garbage that V8 frees only at its next full GC, and by default it lets
 //   the old space grow to a few times what is live before it runs one. The fill rate is reported
 //   beside each RSS, as a smaller heap trades CPU (more frequent GCs) for memory.
@@ -72,7 +73,7 @@ export async function memoryScenario(ctx) {
     ];
   });
   const notes = [
-    `Memory: each run fills a new perch (max_bytes ${(m.maxBytes / MB).toFixed(0)} MiB, 64 concurrent requests, every one a miss that is stored) and reads VmRSS from /proc 1 s after the fill; target 1.3 x max_bytes + 80 MiB = ${(target / MB).toFixed(1)} MiB. RSS is the sum over perch's process tree (on Node 20, perch's launcher and perch).`,
+    `Memory: each run fills a new perch (max_bytes ${(m.maxBytes / MB).toFixed(0)} MiB, 64 concurrent requests, every one a miss that is stored) and reads VmRSS from /proc 1 s after the fill; target 1.3 x max_bytes + 80 MiB = ${(target / MB).toFixed(1)} MiB. RSS is the sum over perch's process tree, started as bin/perch (the command npx perch and npm start run; on Node 20 a build without it adds a launcher).`,
     ...variants.map(
       (v) =>
         `${v.size.count} ${v.size.label}, ${v.setting.label}: RSS ${v.rss.map((b) => (b / MB).toFixed(1)).join(' / ')} MiB (peak ${v.peaks.map((b) => (b / MB).toFixed(1)).join(' / ')}; right after start ${v.startRss.map((b) => (b / MB).toFixed(1)).join(' / ')}); fill ${v.rates.map((x) => x.toFixed(0)).join(' / ')} misses/s.`,
@@ -85,7 +86,7 @@ export async function memoryScenario(ctx) {
 async function fillOnce(ctx, upstream, v, round) {
   const { options } = ctx;
   const m = options.memory;
-  const perch = await startPerch(ctx, `perch-memory-${v.size.name}-${v.setting.name}`, { upstreamUrl: upstream.url, ttl: { user: 3600, user_by_username: 0, tweets: 3600 }, maxBytes: m.maxBytes }, { node: v.setting.node, env: v.setting.env });
+  const perch = await startPerch(ctx, `perch-memory-${v.size.name}-${v.setting.name}`, { upstreamUrl: upstream.url, ttl: { user: 3600, user_by_username: 0, tweets: 3600 }, maxBytes: m.maxBytes }, { node: v.setting.node, env: v.setting.env, bin: true });
   try {
     v.startRss.push(treeMemory(perch.proc.pid).rss);
     const pathOf = (i) => `/v1/users/${FIRST_ID + BigInt(i)}${v.size.suffix}`;

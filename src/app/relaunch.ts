@@ -42,6 +42,16 @@ export function relaunch(flags: readonly string[], extraEnv: Readonly<Record<str
 }
 
 /**
+ * What `bin/perch` execs in place of itself: `NAME=value` words for `env`, then `node` and its
+ * flags, each word free of spaces. Sizing the heap in the shell's exec, before node starts, needs
+ * no launcher on a node without `process.execve` (Node 20), and is the same on every version.
+ */
+export function execWords(flags: readonly string[], extraEnv: Readonly<Record<string, string>>): string[] {
+  const env = { ...extraEnv, [HEAP_SIZED_ENV]: '1' };
+  return [...Object.entries(env).map(([name, value]) => `${name}=${value}`), 'node', ...flags];
+}
+
+/**
  * In a perch that a Node 20 launcher runs as its child: a launcher gone without passing on a
  * signal (SIGKILL, say) must not leave perch running unseen, so its going is a stop signal.
  */
