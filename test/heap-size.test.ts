@@ -37,10 +37,13 @@ function startDemo(t: TestContext, nodeArgs: string[] = [], env: NodeJS.ProcessE
   const child = spawn(file, args, {
     env: { PATH: `${dirname(process.execPath)}:${process.env.PATH}`, PERCH_PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'ignore'],
-    detached,
+    // The bin's own process group: were the shell ever to run node as its child rather than exec
+    // it, a node left behind when the shell dies is still found and killed by its group.
+    detached: detached || bin,
   });
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   onCleanup(t, () => {
+    if (detached || bin) kill(-child.pid!, 'SIGKILL');
     for (const pid of [...childrenOf(child.pid!), child.pid!]) kill(pid, 'SIGKILL');
   });
   let stdout = '';
@@ -198,7 +201,8 @@ test("through bin/perch, a user's NODE_OPTIONS heap wins, and a bad configuratio
 
   const config = join(tempDir(t, 'perch-heap-'), 'perch.yaml');
   writeFileSync(config, 'server: { port: "eighty" }\n');
-  const bad = spawn(BIN, ['--config', config], { env: { PATH: `${dirname(process.execPath)}:${process.env.PATH}` }, stdio: ['ignore', 'ignore', 'pipe'] });
+  const bad = spawn(BIN, ['--config', config], { env: { PATH: `${dirname(process.execPath)}:${process.env.PATH}` }, stdio: ['ignore', 'ignore', 'pipe'], detached: true });
+  onCleanup(t, () => kill(-bad.pid!, 'SIGKILL'));
   let stderr = '';
   bad.stderr.on('data', (d) => (stderr += d));
   const code = await new Promise<number | null>((resolve) => bad.on('exit', resolve));
