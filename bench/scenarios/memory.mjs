@@ -7,10 +7,11 @@
 // - nothing passed, as a user starts perch (bin/perch, the command `npx perch` and `npm start`
 //   run): perch sizes V8's heap from max_bytes itself (src/app/heap-size.ts) before node starts;
 //   the whole process tree is measured, which on Node 20 included a launcher when perch was
-//   started as node dist/src/main.js (a build without bin/perch still is); and Node's own defaults (`PERCH_HEAP_SIZING=off`), the behaviour before it. The
-//   evicted entries are garbage that V8 frees only at its next full GC, and by default it lets
-//   the old space grow to a few times what is live before it runs one. The fill rate is reported
-//   beside each RSS, as a smaller heap trades CPU (more frequent GCs) for memory.
+//   started as node dist/src/main.js (a build without bin/perch still is); and Node's own
+//   defaults (`PERCH_HEAP_SIZING=off`), the behaviour before it. The evicted entries are
+//   garbage that V8 frees only at its next full GC, and by default it lets the old space grow to
+//   a few times what is live before it runs one. The fill rate is reported beside each RSS, as a
+//   smaller heap trades CPU (more frequent GCs) for memory.
 // BENCH_MEMORY_NODES: node executables to run perch with (comma list; default this one).
 import { BENCH_KEY, get, startPerch } from '../lib/perch.mjs';
 import { issueAll } from '../lib/load.mjs';
