@@ -80,7 +80,7 @@ export async function startPerchYaml(ctx, name, yamlFor, { cpuProfileDir, nodeAr
   }
   const env = { ...process.env, ...extraEnv };
   delete env.PERCH_CONFIG;
-  const binPath = join(dirname(dirname(dirname(ctx.perchMain))), 'bin', 'perch');
+  const binPath = join(ctx.repoRoot, 'bin', 'perch');
   const viaBin = bin && nodeArgs.length === 0 && existsSync(binPath);
   if (viaBin) env.PATH = `${dirname(node)}:${env.PATH}`;
   const [command, args] = viaBin ? [binPath, ['--config', configFile]] : [node, [...nodeArgs, ctx.perchMain, '--config', configFile]];
