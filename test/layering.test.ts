@@ -88,10 +88,12 @@ test('server/ is HTTP plumbing: it imports nothing from admin/, app/ or cache/',
   assert.deepEqual(found, []);
 });
 
-test('the request path sees the cache only through the read-through policy and the outcome vocabulary', () => {
+test('the request path sees the cache only through the read-through policy, the outcome vocabulary and the entry it is served', () => {
+  // entry.ts: a served entry keeps its variants as lengths, and the handler reads the coding it
+  // sends through `variant` (issue 22).
   const requestPath = ['request-handler.ts', 'exchange.ts'].map((file) => join(SRC, 'app', file));
   const cache = new Set(requestPath.flatMap((file) => (GRAPH.get(file) ?? []).filter((t) => unitOf(t) === 'cache').map(at)));
-  assert.deepEqual([...cache].sort(), ['cache/outcome.ts', 'cache/read-through.ts']);
+  assert.deepEqual([...cache].sort(), ['cache/entry.ts', 'cache/outcome.ts', 'cache/read-through.ts']);
 });
 
 test('no file imports itself through a loop of other files', () => {

@@ -38,6 +38,22 @@ test('holds: the entry under a key is the response given, though the tier keeps 
   assert.equal(store.holds('/other', given), false);
 });
 
+test('entries of one generation share one generation object; a new generation gets its own, values kept', T, () => {
+  // Each entry keeping an object of its own cost 48 bytes of heap per entry (issue 22).
+  const store = new MemoryStore({ maxBytes: 600_000, clock: new ManualClock() });
+  const stamped = (fill: number, all: number, scope: number) => newEntry({ ...page(fill, 2_000), generation: { all, scope } });
+  store.set('/a', stamped(1, 3, 1), 60_000);
+  store.set('/b', stamped(2, 3, 1), 60_000);
+  store.set('/c', stamped(3, 3, 2), 60_000);
+  store.set('/d', stamped(4, 4, 0), 60_000);
+  store.set('/e', stamped(5, 4, 0), 60_000);
+  const [a, b, c, d, e] = ['/a', '/b', '/c', '/d', '/e'].map((key) => store.get(key)!.generation);
+  assert.equal(a, b);
+  assert.deepEqual([a, c, d], [{ all: 3, scope: 1 }, { all: 3, scope: 2 }, { all: 4, scope: 0 }]);
+  assert.notEqual(c, a);
+  assert.equal(d, e);
+});
+
 test('an entry its charge keeps out of the tier gives its region back at once', T, () => {
   // The pool reserves max_bytes; a 10,240-byte region fits once, its entry's charge does not.
   const store = new MemoryStore({ maxBytes: 11_000, clock: new ManualClock() });

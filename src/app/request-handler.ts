@@ -2,6 +2,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { KeyStore } from '../auth/key-store.js';
 import type { UpstreamVerifier } from '../auth/upstream-verifier.js';
 import type { ReadThrough, Served } from '../cache/read-through.js';
+import { variant } from '../cache/entry.js';
 import type { Config } from '../config/types.js';
 import type { ErrorCode } from '../errors/error-table.js';
 import type { HeaderList } from '../header-list.js';
@@ -138,7 +139,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     }
     // A 200 the cache holds: the coding the client takes best, its own tag, and a 304 when the
     // client's copy is that representation already.
-    const coding = negotiate(x.req.headers['accept-encoding'], entry.encoded);
+    const coding = negotiate(x.req.headers['accept-encoding'], entry);
     const tag = codingTag(entry.etag, coding);
     headers.push('etag', tag, 'last-modified', httpDate(entry.storedAt));
     if (notModified(x.req.headers['if-none-match'], x.req.headers['if-modified-since'], tag, entry.storedAt)) {
@@ -147,7 +148,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
       return finish(x, 304);
     }
     if (coding !== undefined) headers.push('content-encoding', coding);
-    send(x.res, x.head, 200, coding === undefined ? entry.body : entry.encoded![coding]!, headers);
+    send(x.res, x.head, 200, coding === undefined ? entry.body : variant(entry, coding), headers);
     return finish(x, 200);
   }
 

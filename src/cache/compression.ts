@@ -2,7 +2,7 @@ import { promisify } from 'node:util';
 import { brotliCompress, brotliCompressSync, brotliDecompress, constants, gunzip, gzip, gzipSync, type BrotliOptions, type ZlibOptions } from 'node:zlib';
 import { ownedBytes } from '../bytes.js';
 import type { CompressionConfig } from '../config/types.js';
-import { encodings, type ContentCoding, type Encodings } from './entry.js';
+import type { ContentCoding, Variants } from './entry.js';
 
 /**
  * Brotli's quality for stored variants. Node's default, 11, costs about 10 ms per 10 KB page; 4
@@ -51,11 +51,11 @@ const gzipOptions = (body: Buffer): ZlibOptions => ({ level: GZIP_LEVEL, windowB
 
 /**
  * The variants `settings` asks for, made after the current answer has been written (see
- * ON_LOOP_MAX_BYTES for where). A coding whose compression fails, or which saves nothing, is
- * left out: the identity body then serves those clients.
+ * ON_LOOP_MAX_BYTES for where); undefined where none is kept. A coding whose compression fails,
+ * or which saves nothing, is left out: the identity body then serves those clients.
  */
-export async function encode(body: Buffer, settings: CompressionConfig): Promise<Encodings> {
-  if (!compressible(body, settings)) return encodings(undefined, undefined);
+export async function encode(body: Buffer, settings: CompressionConfig): Promise<Variants | undefined> {
+  if (!compressible(body, settings)) return undefined;
   let br: Buffer | undefined;
   let gz: Buffer | undefined;
   if (body.length <= ON_LOOP_MAX_BYTES) {
@@ -85,7 +85,7 @@ function smaller(bytes: Buffer | undefined, body: Buffer): Buffer | undefined {
 }
 
 /**
- * The variants copied into one allocation of their own, each a view of it. zlib hands back views
+ * The variants copied into one allocation of their own. zlib hands back views
  * into its 16 KB output chunk, so a copy keeps the entry from pinning that; one copy for both,
  * because every Buffer allocated on its own costs an ArrayBuffer object in the heap and a
  * backing-store record outside it besides its bytes (issue 22). The identity body keeps its own:
@@ -93,12 +93,11 @@ function smaller(bytes: Buffer | undefined, body: Buffer): Buffer | undefined {
  * pages rose instead of falling (README, Memory; the copies left for the GC are the likely
  * cause, not verified).
  */
-function packed(br: Buffer | undefined, gzip: Buffer | undefined): Encodings {
-  const brLength = br?.length ?? 0;
-  const gzipLength = gzip?.length ?? 0;
-  if (brLength + gzipLength === 0) return encodings(undefined, undefined);
-  const all = ownedBytes([br, gzip].filter((b) => b !== undefined), brLength + gzipLength);
-  return encodings(br && all.subarray(0, brLength), gzip && all.subarray(brLength));
+function packed(br: Buffer | undefined, gzip: Buffer | undefined): Variants | undefined {
+  const brBytes = br?.length ?? 0;
+  const gzipBytes = gzip?.length ?? 0;
+  if (brBytes + gzipBytes === 0) return undefined;
+  return { bytes: ownedBytes([br, gzip].filter((b) => b !== undefined), brBytes + gzipBytes), brBytes, gzipBytes };
 }
 
 /**

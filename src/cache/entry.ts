@@ -1,20 +1,14 @@
 import { hash } from 'node:crypto';
 import type { Generation } from './generation.js';
 
-/** A body's content codings, made once when the entry is stored (cache/compression.ts). */
-export interface Encodings {
-  readonly br?: Buffer;
-  readonly gzip?: Buffer;
-}
-
 /**
- * Every entry's variants in one object shape, both fields present (undefined where a coding is
- * absent). Built from computed keys and spreads instead, each object got a hidden class and a
- * descriptor array of its own in a running perch on Node 20 (V8 11.3; Node 24's V8 did not):
- * two more heap objects per entry, kept and marked by every full GC (issue 22).
+ * A body's compressed variants as compression makes them (cache/compression.ts): their bytes in
+ * one buffer, br first, then gzip; a length of 0 where that coding was not kept.
  */
-export function encodings(br: Buffer | undefined, gzip: Buffer | undefined): Encodings {
-  return { br, gzip };
+export interface Variants {
+  readonly bytes: Buffer;
+  readonly brBytes: number;
+  readonly gzipBytes: number;
 }
 
 /** The content codings perch can serve, best first when a client accepts several equally. */
@@ -23,6 +17,10 @@ export type ContentCoding = 'br' | 'gzip';
 /**
  * One cached response: the exact bytes perch sends, with what it needs to tell the client how
  * old they are. Only 200s and upstream 404s are ever stored.
+ *
+ * The variants are lengths and at most one buffer, not a Buffer each: every Buffer is a 96-byte
+ * object in V8's heap, and the memory tier holds tens of thousands of entries that every full
+ * collection marks (issue 22). `variant` makes the view a response sends.
  */
 export interface CacheEntry {
   readonly status: 200 | 404;
@@ -38,27 +36,84 @@ export interface CacheEntry {
    * every instance and tier that holds the same response gives the same tag.
    */
   readonly etag: string;
-  /** `body` compressed; absent until made, and for bodies below `cache.compression.min_bytes`. */
-  readonly encoded?: Encodings;
+  /**
+   * The variants' bytes, br then gzip. Undefined where there are none, and where they follow
+   * `body` in its own memory: the memory tier's regions (slab-pool.ts) hold them so.
+   */
+  readonly variants: Buffer | undefined;
+  /** Length of the br variant; 0 where there is none (not made yet, below `cache.compression.min_bytes`, or no smaller). */
+  readonly brBytes: number;
+  /** Length of the gzip variant; 0 where there is none. */
+  readonly gzipBytes: number;
 }
 
+/** What a fetch or a tier reads of a response; the validator and the variants' layout are derived here. */
+export type EntryFields = Pick<CacheEntry, 'status' | 'body' | 'storedAt' | 'ttlMs' | 'generation'>;
+
+/** A response with its validator, as Redis holds it (redis-store.ts): what `withVariants` completes. */
+export type TaggedFields = EntryFields & Pick<CacheEntry, 'etag'>;
+
 /** An entry as a fetch produces it: its validator is derived here, once. */
-export function newEntry(fields: Omit<CacheEntry, 'etag' | 'encoded'>, encoded?: Encodings): CacheEntry {
-  return withEncodings({ ...fields, etag: entityTag(fields.body) }, encoded);
+export function newEntry(fields: EntryFields, variants?: Variants): CacheEntry {
+  return withVariants({ ...fields, etag: entityTag(fields.body) }, variants);
 }
 
 /**
- * `entry` with its variants, in the one shape every stored entry has. Written field by field:
- * spread copies of entries got a hidden class each in a running perch on Node 20, as the variants
- * did (see `encodings`), where an object literal takes its site's.
+ * `entry` with `variants` (none where undefined). Every entry is made by this object literal, in
+ * one object shape: entries built from spreads and computed keys got a hidden class and a
+ * descriptor array each in a running perch on Node 20 (V8 11.3; Node 24's V8 did not), two more
+ * heap objects per entry for every full GC to keep and mark (issue 22).
  */
-export function withEncodings(entry: CacheEntry, encoded: Encodings | undefined): CacheEntry {
-  return withBodies(entry, entry.body, encoded);
+export function withVariants(entry: TaggedFields, variants: Variants | undefined): CacheEntry {
+  return {
+    status: entry.status,
+    body: entry.body,
+    storedAt: entry.storedAt,
+    ttlMs: entry.ttlMs,
+    generation: entry.generation,
+    etag: entry.etag,
+    variants: variants?.bytes,
+    brBytes: variants?.brBytes ?? 0,
+    gzipBytes: variants?.gzipBytes ?? 0,
+  };
 }
 
-/** `entry` with other bytes of the same response: where the memory tier keeps them (slab-pool.ts). */
-export function withBodies(entry: CacheEntry, body: Buffer, encoded: Encodings | undefined): CacheEntry {
-  return { status: entry.status, body, storedAt: entry.storedAt, ttlMs: entry.ttlMs, generation: entry.generation, etag: entry.etag, encoded };
+/**
+ * `entry` as the memory tier keeps it: `body` a copy of its body with the variants right after
+ * it in the same memory, and `generation` an equal one the tier shares between its entries.
+ */
+export function inRegion(entry: CacheEntry, body: Buffer, generation: Generation): CacheEntry {
+  return {
+    status: entry.status,
+    body,
+    storedAt: entry.storedAt,
+    ttlMs: entry.ttlMs,
+    generation,
+    etag: entry.etag,
+    variants: undefined,
+    brBytes: entry.brBytes,
+    gzipBytes: entry.gzipBytes,
+  };
+}
+
+/** The variants' bytes, br then gzip, wherever they live; undefined where there are none. */
+export function variantBytes(entry: CacheEntry): Buffer | undefined {
+  const length = entry.brBytes + entry.gzipBytes;
+  if (length === 0) return undefined;
+  const { variants, body } = entry;
+  return variants ?? Buffer.from(body.buffer, body.byteOffset + body.length, length);
+}
+
+/**
+ * The bytes of `entry` in `coding`, made as a view when a response needs them: about as cheap as
+ * reading a stored view, and a view kept per entry costs the heap more than the body's header.
+ * The entry must have that coding (`brBytes` or `gzipBytes` above 0).
+ */
+export function variant(entry: CacheEntry, coding: ContentCoding): Buffer {
+  const start = coding === 'br' ? 0 : entry.brBytes;
+  const length = coding === 'br' ? entry.brBytes : entry.gzipBytes;
+  const { variants, body } = entry;
+  return variants === undefined ? Buffer.from(body.buffer, body.byteOffset + body.length + start, length) : variants.subarray(start, start + length);
 }
 
 /**

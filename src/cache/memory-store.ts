@@ -1,6 +1,7 @@
 import { LRUCache } from 'lru-cache';
 import type { Clock } from '../clock.js';
 import { sameResponse, type CacheEntry } from './entry.js';
+import type { Generation } from './generation.js';
 import type { GracePeriods } from './grace-periods.js';
 import { SlabPool, type SlabStats } from './slab-pool.js';
 import type { CacheStore } from './store.js';
@@ -15,19 +16,17 @@ import type { CacheStore } from './store.js';
  */
 const ENTRY_OVERHEAD_BYTES = 640;
 /**
- * Each compressed variant. Set when each had an ArrayBuffer and a backing store of its own; an
- * entry's two variants now share one (compression.ts), so a pair costs less than twice this, but
- * the charge stays: the tier holds no more entries than before and the saving lowers RSS, which
- * is still above its target (issue 22).
+ * Each compressed variant. Set when each had an ArrayBuffer and a backing store of its own; in
+ * the tier they are now lengths in the entry (entry.ts), but the charge stays: the tier holds no
+ * more entries than before and the saving lowers RSS, which is still above its target (issue 22).
  */
 const VARIANT_OVERHEAD_BYTES = 160;
 
 /** What one entry costs `max_bytes`: every body it holds, its key (UTF-16) and the overheads. */
 export function entryBytes(entry: CacheEntry, key: string): number {
   let bytes = entry.body.length + key.length * 2 + ENTRY_OVERHEAD_BYTES;
-  const { encoded } = entry;
-  if (encoded?.br !== undefined) bytes += encoded.br.length + VARIANT_OVERHEAD_BYTES;
-  if (encoded?.gzip !== undefined) bytes += encoded.gzip.length + VARIANT_OVERHEAD_BYTES;
+  if (entry.brBytes > 0) bytes += entry.brBytes + VARIANT_OVERHEAD_BYTES;
+  if (entry.gzipBytes > 0) bytes += entry.gzipBytes + VARIANT_OVERHEAD_BYTES;
   return bytes;
 }
 
@@ -45,6 +44,11 @@ export class MemoryStore implements CacheStore {
   readonly #lru: LRUCache<string, CacheEntry>;
   readonly #slabs: SlabPool;
   #evictions = 0;
+  /**
+   * The generation the entries stored last were stamped with. Purges are rare, so nearly every
+   * entry has the same one: each keeping an object of its own cost 48 bytes of heap per entry.
+   */
+  #generation: Generation = { all: 0, scope: 0 };
 
   constructor(options: MemoryStoreOptions) {
     const slabs = new SlabPool(options.maxBytes);
@@ -92,10 +96,17 @@ export class MemoryStore implements CacheStore {
   }
 
   set(key: string, entry: CacheEntry, retainMs: number): void {
-    const stored = this.#slabs.place(entry);
+    const stored = this.#slabs.place(entry, this.#shared(entry.generation));
     this.#lru.set(key, stored, { ttl: retainMs, size: entryBytes(stored, key) + this.#slabs.waste(stored) });
     // lru-cache keeps nothing larger than maxSize, and then disposes of nothing either.
     if (this.#lru.peek(key, { allowStale: true }) !== stored) this.#slabs.release(stored);
+  }
+
+  #shared(generation: Generation): Generation {
+    const last = this.#generation;
+    if (generation.all === last.all && generation.scope === last.scope) return last;
+    this.#generation = { all: generation.all, scope: generation.scope };
+    return this.#generation;
   }
 
   delete(key: string): void {

@@ -10,7 +10,7 @@ import type { Payer } from '../upstream/upstream.js';
 import type { UpstreamSet } from '../upstream/upstream-set.js';
 import { Coalescer } from './coalescer.js';
 import { counterpart } from './cross-population.js';
-import { ageSeconds, entityTag, remainingTtlSeconds, withEncodings, type CacheEntry } from './entry.js';
+import { ageSeconds, entityTag, remainingTtlSeconds, withVariants, type CacheEntry } from './entry.js';
 import type { Generation } from './generation.js';
 import { forwardCacheStatus, hitCacheStatus, staleCacheStatus, type CacheOutcome } from './outcome.js';
 import type { SharedFlights } from './shared-flight.js';
@@ -253,7 +253,7 @@ export class ReadThrough {
     const etag = entityTag(body);
     const writes = targets
       .filter((target) => target.ttlSeconds > 0)
-      .map((target) => ({ key: target.path, entry: withEncodings({ status, body, storedAt, ttlMs: target.ttlSeconds * 1000, generation: target.generation, etag }, undefined) }));
+      .map((target) => ({ key: target.path, entry: withVariants({ status, body, storedAt, ttlMs: target.ttlSeconds * 1000, generation: target.generation, etag }, undefined) }));
     if (writes.length === 0) return { stored: false };
     const { accepted, settled } = cache.store(writes, live.current.config.cache.compression);
     const tracked = settled.catch((error: unknown) => logger.error({ err: error, path: writes[0]!.key }, 'storing a cache entry failed'));

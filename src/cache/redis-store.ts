@@ -1,7 +1,7 @@
 import type { RedisClient } from '../redis/redis-client.js';
 import { ownedBytes } from '../bytes.js';
 import { decode } from './compression.js';
-import { encodings, newEntry, type CacheEntry, type ContentCoding } from './entry.js';
+import { newEntry, variant, withVariants, type CacheEntry, type ContentCoding, type TaggedFields } from './entry.js';
 import type { CacheStore } from './store.js';
 
 /**
@@ -38,8 +38,8 @@ const V2_HEADER_BYTES = 24;
 const CODINGS: readonly (ContentCoding | undefined)[] = [undefined, 'gzip', 'br'];
 
 export function encodeEntry(entry: CacheEntry): Buffer {
-  const coding: ContentCoding | undefined = entry.encoded?.gzip !== undefined ? 'gzip' : entry.encoded?.br !== undefined ? 'br' : undefined;
-  const payload = coding === undefined ? entry.body : entry.encoded![coding]!;
+  const coding: ContentCoding | undefined = entry.gzipBytes > 0 ? 'gzip' : entry.brBytes > 0 ? 'br' : undefined;
+  const payload = coding === undefined ? entry.body : variant(entry, coding);
   const tagBytes = Buffer.byteLength(entry.etag, 'latin1');
   const start = HEADER_BYTES + tagBytes;
   const value = Buffer.allocUnsafe(start + payload.length);
@@ -82,15 +82,16 @@ export async function decodeEntry(value: Buffer): Promise<CacheEntry | undefined
   } else if (payload.length !== length) {
     return undefined;
   }
-  return {
+  const fields: TaggedFields = {
     status,
     body,
     storedAt: value.readDoubleBE(4),
     ttlMs: value.readUInt32BE(12),
     generation: { all: value.readUInt32BE(16), scope: value.readUInt32BE(20) },
     etag: value.toString('latin1', HEADER_BYTES, start),
-    encoded: coding === undefined ? undefined : coding === 'br' ? encodings(payload, undefined) : encodings(undefined, payload),
   };
+  if (coding === undefined) return withVariants(fields, undefined);
+  return withVariants(fields, { bytes: payload, brBytes: coding === 'br' ? payload.length : 0, gzipBytes: coding === 'gzip' ? payload.length : 0 });
 }
 
 /** The layout before compression: the same first 24 bytes, then the identity body. */

@@ -1,5 +1,6 @@
 import { ownedBytes } from '../bytes.js';
-import { encodings, withBodies, type CacheEntry } from './entry.js';
+import { inRegion, variantBytes, withVariants, type CacheEntry } from './entry.js';
+import type { Generation } from './generation.js';
 import { GracePeriods } from './grace-periods.js';
 
 /**
@@ -41,7 +42,7 @@ export function classBytes(index: number): number {
 }
 
 function storedBytes(entry: CacheEntry): number {
-  return entry.body.length + (entry.encoded?.br?.length ?? 0) + (entry.encoded?.gzip?.length ?? 0);
+  return entry.body.length + entry.brBytes + entry.gzipBytes;
 }
 
 /** The pool as the metrics see it (`perch_cache_slab_*`). */
@@ -105,29 +106,23 @@ export class SlabPool {
   }
 
   /**
-   * `entry` as the memory tier keeps it: a copy in a region of the pool, or, where there is no
-   * region for it, `entry` itself. An entry already in the pool is copied either way, so no two
-   * stored entries ever share a region.
+   * `entry` as the memory tier keeps it, under `generation` (an equal one, shared): a copy in a
+   * region of the pool, or, where there is no region for it, `entry` itself. An entry already in
+   * the pool is copied either way, so no two stored entries ever share a region.
    */
-  place(entry: CacheEntry): CacheEntry {
+  place(entry: CacheEntry, generation: Generation): CacheEntry {
     const bytes = storedBytes(entry);
     const position = bytes === 0 || bytes > MAX_REGION_BYTES ? undefined : this.#take(classOf(bytes));
     if (position === undefined) {
       if (bytes > MAX_REGION_BYTES) this.#ownMemory.too_large += 1;
       else if (bytes > 0) this.#ownMemory.full += 1;
-      return this.#inPool(entry) ? ownCopy(entry) : entry;
+      return this.#chunkOf.has(entry.body.buffer) ? ownCopy(entry) : entry;
     }
     const chunk = this.#chunks[Math.floor(position / CHUNK_BYTES)]!;
-    let at = position % CHUNK_BYTES;
-    const cut = (bytes: Buffer | undefined): Buffer | undefined => {
-      if (bytes === undefined) return undefined;
-      const start = at;
-      at += bytes.copy(chunk, at);
-      return chunk.subarray(start, at);
-    };
-    const body = cut(entry.body)!;
-    const { encoded } = entry;
-    return withBodies(entry, body, encoded === undefined ? undefined : encodings(cut(encoded.br), cut(encoded.gzip)));
+    const at = position % CHUNK_BYTES;
+    entry.body.copy(chunk, at);
+    variantBytes(entry)?.copy(chunk, at + entry.body.length);
+    return inRegion(entry, chunk.subarray(at, at + entry.body.length), generation);
   }
 
   /** `entry` left the tier: its region is reused once the requests open now have closed. */
@@ -161,20 +156,11 @@ export class SlabPool {
     this.#top = top + size;
     return top;
   }
-
-  #inPool(entry: CacheEntry): boolean {
-    const { encoded } = entry;
-    return (
-      this.#chunkOf.has(entry.body.buffer) ||
-      (encoded?.br !== undefined && this.#chunkOf.has(encoded.br.buffer)) ||
-      (encoded?.gzip !== undefined && this.#chunkOf.has(encoded.gzip.buffer))
-    );
-  }
 }
 
-/** `entry` with bodies of its own. */
+/** `entry` with bytes of its own: the body, and the variants in one more allocation. */
 function ownCopy(entry: CacheEntry): CacheEntry {
-  const own = (bytes: Buffer | undefined) => bytes && ownedBytes([bytes], bytes.length);
-  const { encoded } = entry;
-  return withBodies(entry, own(entry.body)!, encoded === undefined ? undefined : encodings(own(encoded.br), own(encoded.gzip)));
+  const variants = variantBytes(entry);
+  const copy = variants && { bytes: ownedBytes([variants], variants.length), brBytes: entry.brBytes, gzipBytes: entry.gzipBytes };
+  return withVariants({ ...entry, body: ownedBytes([entry.body], entry.body.length) }, copy);
 }

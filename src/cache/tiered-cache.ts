@@ -3,7 +3,7 @@ import type { BreakerState } from '../redis/breaker.js';
 import type { GuardedRedis, RedisCallStats } from '../redis/guarded-redis.js';
 import type { CompressionConfig } from '../config/types.js';
 import { compressible, encode } from './compression.js';
-import { isFresh, withEncodings, type CacheEntry } from './entry.js';
+import { isFresh, withVariants, type CacheEntry } from './entry.js';
 import type { Generations, PurgeTarget } from './generations.js';
 import type { MemoryStore } from './memory-store.js';
 import type { PurgeSync } from './purge-sync.js';
@@ -129,11 +129,11 @@ export class TieredCache {
    */
   async #publish(writes: readonly CacheWrite[], compression: CompressionConfig): Promise<void> {
     const body = writes[0]!.entry.body;
-    const encoded = compressible(body, compression) ? await encode(body, compression) : undefined;
+    const variants = compressible(body, compression) ? await encode(body, compression) : undefined;
     const redis = this.#redis;
     await Promise.all(
       writes.map(async ({ key, entry }) => {
-        const full = encoded === undefined || (encoded.br === undefined && encoded.gzip === undefined) ? entry : withEncodings(entry, encoded);
+        const full = variants === undefined ? entry : withVariants(entry, variants);
         const retainMs = this.#retainUntil(entry) - this.#clock.now();
         if (retainMs <= 0) return;
         if (full !== entry && this.memory.holds(key, entry)) this.memory.set(key, full, retainMs);

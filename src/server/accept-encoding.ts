@@ -9,8 +9,11 @@ export type Coding = 'br' | 'gzip';
 const PREFERENCE: readonly Coding[] = ['br', 'gzip'];
 const QVALUE = /^(?:0(?:\.\d{0,3})?|1(?:\.0{0,3})?)$/;
 
-/** The codings an entry has: any object with a member per coding it holds (cache `Encodings`). */
-export type Available = { readonly [coding in Coding]?: unknown };
+/** The codings an entry has: the length of each (0 where it has none), as a cache entry holds them. */
+export interface Available {
+  readonly brBytes: number;
+  readonly gzipBytes: number;
+}
 
 // Clients send the same few header values over and over: each is parsed once. Bounded in count
 // and length, so a client sending a new value per request costs a parse each, not memory.
@@ -79,7 +82,7 @@ export function negotiate(header: string | undefined, available: Available | und
   let best: Coding | undefined;
   let bestQ = 0;
   for (const coding of PREFERENCE) {
-    if (available[coding] === undefined) continue;
+    if ((coding === 'br' ? available.brBytes : available.gzipBytes) === 0) continue;
     const weight = q.get(coding) ?? star ?? 0;
     if (weight > bestQ) {
       best = coding;
