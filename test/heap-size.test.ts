@@ -5,7 +5,7 @@ import { dirname, join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { getHeapStatistics } from 'node:v8';
-import { heapFlags, heapPlan, HEAP_SIZED_ENV, initialOldSpaceMib, oldSpaceMib, relaunchEnv } from '../src/app/heap-size.js';
+import { heapFlags, heapPlan, HEAP_SIZED_ENV, initialOldSpaceMib, oldSpaceMib, relaunchEnv, WASM_BASELINE_FLAG } from '../src/app/heap-size.js';
 import { execWords } from '../src/app/relaunch.js';
 import { parseConfig } from '../src/config/load.js';
 import { KEY, pollFor, testConfig, v1, waitFor } from './helpers/perch.js';
@@ -66,7 +66,7 @@ function kill(pid: number, signal: NodeJS.Signals): void {
 
 /** The node flags a running process was started with, from /proc (Linux). */
 function flagsOf(pid: number): string[] {
-  return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter((a) => a.startsWith('--max-') || a.startsWith('--initial-'));
+  return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter((a) => a.startsWith('--max-') || a.startsWith('--initial-') || a === WASM_BASELINE_FLAG);
 }
 
 /** A variable of a running process's environment, as it was when the process started (Linux /proc). */
@@ -102,16 +102,16 @@ function alive(pid: number): boolean {
 
 const listening = (s: Started) => waitFor(() => s.lines().some((l) => l.msg === 'perch listening'), 15_000);
 
-test('the old space perch asks for is 0.85 x max_bytes + 64 MiB, with a 4 MiB semi-space and full collections skipped below 3/8 x max_bytes', T, () => {
+test('the old space perch asks for is 0.85 x max_bytes + 64 MiB, with a 4 MiB semi-space, full collections skipped below 3/8 x max_bytes and WebAssembly on Liftoff', T, () => {
   const config = parseConfig(testConfig('main: { kind: fixture }', 'cache: { memory: { max_bytes: 134217728 } }'), {});
   // 0.85 x 128 + 64 = 172.8, rounded up; 3/8 x 128 = 48.
   assert.equal(oldSpaceMib(config), 173);
   assert.equal(initialOldSpaceMib(config), 48);
-  assert.deepEqual(heapFlags(config), ['--max-old-space-size=173', '--max-semi-space-size=4', '--initial-old-space-size=48']);
+  assert.deepEqual(heapFlags(config), ['--max-old-space-size=173', '--max-semi-space-size=4', '--initial-old-space-size=48', '--liftoff-only']);
   assert.deepEqual(heapPlan(config, [], {}), { kind: 'relaunch', flags: heapFlags(config), env: { MALLOC_ARENA_MAX: '1' } });
   assert.deepEqual(heapPlan(config, heapFlags(config), { [HEAP_SIZED_ENV]: '1', MALLOC_ARENA_MAX: '1' }), {
     kind: 'serve',
-    settings: { set_by: 'perch', old_space_mib: 173, semi_space_mib: 4, initial_old_space_mib: 48, malloc_arena_max: '1' },
+    settings: { set_by: 'perch', old_space_mib: 173, semi_space_mib: 4, initial_old_space_mib: 48, malloc_arena_max: '1', wasm_liftoff_only: true },
   });
   assert.deepEqual(heapPlan(config, [], { NODE_OPTIONS: '--max-old-space-size=512' }), { kind: 'serve', settings: { set_by: 'user', old_space_mib: 512 } });
   assert.deepEqual(heapPlan(config, ['--max-old-space-size=100'], {}), { kind: 'serve', settings: { set_by: 'user', old_space_mib: 100 } });
@@ -119,21 +119,21 @@ test('the old space perch asks for is 0.85 x max_bytes + 64 MiB, with a 4 MiB se
   // A user's semi-space or initial old space, in NODE_OPTIONS or node's flags: perch sizes the
   // rest and leaves theirs be.
   const ownInitial = '--initial-old-space-size=48';
-  assert.deepEqual(heapPlan(config, [], { NODE_OPTIONS: '--max-semi-space-size=16' }), { kind: 'relaunch', flags: ['--max-old-space-size=173', ownInitial], env: { MALLOC_ARENA_MAX: '1' } });
-  assert.deepEqual(heapPlan(config, ['--max_semi_space_size=8'], {}), { kind: 'relaunch', flags: ['--max-old-space-size=173', ownInitial], env: { MALLOC_ARENA_MAX: '1' } });
+  assert.deepEqual(heapPlan(config, [], { NODE_OPTIONS: '--max-semi-space-size=16' }), { kind: 'relaunch', flags: ['--max-old-space-size=173', ownInitial, '--liftoff-only'], env: { MALLOC_ARENA_MAX: '1' } });
+  assert.deepEqual(heapPlan(config, ['--max_semi_space_size=8'], {}), { kind: 'relaunch', flags: ['--max-old-space-size=173', ownInitial, '--liftoff-only'], env: { MALLOC_ARENA_MAX: '1' } });
   assert.deepEqual(heapPlan(config, ['--max-old-space-size=173', ownInitial], { [HEAP_SIZED_ENV]: '1', NODE_OPTIONS: '--max-semi-space-size=16', MALLOC_ARENA_MAX: '1' }), {
     kind: 'serve',
-    settings: { set_by: 'perch', old_space_mib: 173, semi_space_mib: 16, initial_old_space_mib: 48, malloc_arena_max: '1' },
+    settings: { set_by: 'perch', old_space_mib: 173, semi_space_mib: 16, initial_old_space_mib: 48, malloc_arena_max: '1', wasm_liftoff_only: false },
   });
   assert.deepEqual(heapPlan(config, [], { NODE_OPTIONS: '--initial-old-space-size=8' }), {
     kind: 'relaunch',
-    flags: ['--max-old-space-size=173', '--max-semi-space-size=4'],
+    flags: ['--max-old-space-size=173', '--max-semi-space-size=4', '--liftoff-only'],
     env: { MALLOC_ARENA_MAX: '1' },
   });
-  assert.deepEqual(heapPlan(config, ['--initial_old_space_size=100'], {}), { kind: 'relaunch', flags: ['--max-old-space-size=173', '--max-semi-space-size=4'], env: { MALLOC_ARENA_MAX: '1' } });
-  assert.deepEqual(heapPlan(config, ['--max-old-space-size=173', '--max-semi-space-size=4'], { [HEAP_SIZED_ENV]: '1', NODE_OPTIONS: '--initial-old-space-size=8', MALLOC_ARENA_MAX: '1' }), {
+  assert.deepEqual(heapPlan(config, ['--initial_old_space_size=100'], {}), { kind: 'relaunch', flags: ['--max-old-space-size=173', '--max-semi-space-size=4', '--liftoff-only'], env: { MALLOC_ARENA_MAX: '1' } });
+  assert.deepEqual(heapPlan(config, ['--max-old-space-size=173', '--max-semi-space-size=4', '--liftoff-only'], { [HEAP_SIZED_ENV]: '1', NODE_OPTIONS: '--initial-old-space-size=8', MALLOC_ARENA_MAX: '1' }), {
     kind: 'serve',
-    settings: { set_by: 'perch', old_space_mib: 173, semi_space_mib: 4, initial_old_space_mib: 8, malloc_arena_max: '1' },
+    settings: { set_by: 'perch', old_space_mib: 173, semi_space_mib: 4, initial_old_space_mib: 8, malloc_arena_max: '1', wasm_liftoff_only: true },
   });
 });
 
@@ -153,9 +153,9 @@ test('with nothing passed, perch runs with a heap sized from cache.memory.max_by
   assert.match(String(first.msg), /^perch .* starting$/);
   // The demo's max_bytes is 64 MiB: 0.85 x 64 + 64 = 118.4, rounded up, and 3/8 x 64 = 24; V8's
   // limit adds three semi-spaces.
-  assert.deepEqual(first.heap, { set_by: 'perch', old_space_mib: 119, semi_space_mib: 4, initial_old_space_mib: 24, malloc_arena_max: '1', heap_limit_mib: 119 + 3 * 4 });
+  assert.deepEqual(first.heap, { set_by: 'perch', old_space_mib: 119, semi_space_mib: 4, initial_old_space_mib: 24, malloc_arena_max: '1', wasm_liftoff_only: true, heap_limit_mib: 119 + 3 * 4 });
   const server = EXECVE ? perch.child.pid! : await pollFor(() => childrenOf(perch.child.pid!)[0]);
-  assert.deepEqual(flagsOf(server), ['--max-old-space-size=119', '--max-semi-space-size=4', '--initial-old-space-size=24']);
+  assert.deepEqual(flagsOf(server), ['--max-old-space-size=119', '--max-semi-space-size=4', '--initial-old-space-size=24', '--liftoff-only']);
   assert.equal(envOf(server, 'MALLOC_ARENA_MAX'), '1');
   // One process where node can replace itself; else a launcher and perch below it.
   assert.equal(childrenOf(perch.child.pid!).length, EXECVE ? 0 : 1);
@@ -179,9 +179,9 @@ test('bin/perch execs the words exec-words prints: the variables for env, then n
 test('through bin/perch, perch is the one process on every node: sized heap, one arena, its own PID, signals and exit status', T, async (t) => {
   const perch = startDemo(t, [], {}, { bin: true });
   await listening(perch);
-  assert.deepEqual(perch.lines()[0]!.heap, { set_by: 'perch', old_space_mib: 119, semi_space_mib: 4, initial_old_space_mib: 24, malloc_arena_max: '1', heap_limit_mib: 119 + 3 * 4 });
+  assert.deepEqual(perch.lines()[0]!.heap, { set_by: 'perch', old_space_mib: 119, semi_space_mib: 4, initial_old_space_mib: 24, malloc_arena_max: '1', wasm_liftoff_only: true, heap_limit_mib: 119 + 3 * 4 });
   const pid = perch.child.pid!;
-  assert.deepEqual(flagsOf(pid), ['--max-old-space-size=119', '--max-semi-space-size=4', '--initial-old-space-size=24']);
+  assert.deepEqual(flagsOf(pid), ['--max-old-space-size=119', '--max-semi-space-size=4', '--initial-old-space-size=24', '--liftoff-only']);
   assert.equal(readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0], 'node');
   assert.equal(envOf(pid, 'MALLOC_ARENA_MAX'), '1');
   assert.equal(childrenOf(pid).length, 0);
@@ -229,9 +229,9 @@ test("a user's own --max-old-space-size wins, in node's flags or NODE_OPTIONS: n
 test("a user's own --max-semi-space-size in NODE_OPTIONS and MALLOC_ARENA_MAX win over perch's: perch sizes the rest and leaves them be", T, async (t) => {
   const perch = startDemo(t, [], { NODE_OPTIONS: '--max-semi-space-size=16', MALLOC_ARENA_MAX: '4' });
   await listening(perch);
-  assert.deepEqual(perch.lines()[0]!.heap, { set_by: 'perch', old_space_mib: 119, semi_space_mib: 16, initial_old_space_mib: 24, malloc_arena_max: '4', heap_limit_mib: 119 + 3 * 16 });
+  assert.deepEqual(perch.lines()[0]!.heap, { set_by: 'perch', old_space_mib: 119, semi_space_mib: 16, initial_old_space_mib: 24, malloc_arena_max: '4', wasm_liftoff_only: true, heap_limit_mib: 119 + 3 * 16 });
   const server = EXECVE ? perch.child.pid! : await pollFor(() => childrenOf(perch.child.pid!)[0]);
-  assert.deepEqual(flagsOf(server), ['--max-old-space-size=119', '--initial-old-space-size=24']);
+  assert.deepEqual(flagsOf(server), ['--max-old-space-size=119', '--initial-old-space-size=24', '--liftoff-only']);
   assert.equal(envOf(server, 'MALLOC_ARENA_MAX'), '4');
   perch.child.kill('SIGTERM');
   assert.equal(await perch.exited, 0);

@@ -1,3 +1,4 @@
+import { cachedDataVersionTag, setFlagsFromString } from 'node:v8';
 import type { Config } from '../config/types.js';
 import { heapNeeded, userInitialOldSpaceMib, userOldSpaceMib, userSemiSpaceMib } from './advice.js';
 
@@ -49,6 +50,34 @@ export const MALLOC_ARENA_ENV = 'MALLOC_ARENA_MAX';
 export const MALLOC_ARENAS = 1;
 
 /**
+ * The V8 flag perch also starts node with: WebAssembly stays on Liftoff, V8's baseline compiler
+ * for it. undici parses the upstreams' HTTP/1.1 with llhttp compiled to WebAssembly, and once that
+ * is hot V8 recompiles it with its optimizing compiler on a worker thread. That compilation's
+ * working memory comes from malloc: the first 64 concurrent misses of a new perch grew glibc's
+ * heap from about 11 to 43 MiB on Node 20 (about +10 MiB on Node 24), and glibc kept it after
+ * the compilation freed it, as free chunks below memory still in use. With the flag the heap
+ * stayed where it started; llhttp's work costs about 4 µs more per upstream request (README,
+ * Memory). V8 marks the flag "for testing", so perch passes it only to a node that knows it.
+ */
+export const WASM_BASELINE_FLAG = '--liftoff-only';
+
+let wasmBaselineKnown: boolean | undefined;
+
+/**
+ * Whether this node's V8 takes `WASM_BASELINE_FLAG`: a V8 that knows a flag changes its flag hash
+ * when the flag is set (and prints an error for one it does not know, which start-up would turn
+ * into "bad option"). Sets it in this process, which is the one about to exec or relaunch.
+ */
+function knowsWasmBaselineFlag(): boolean {
+  if (wasmBaselineKnown === undefined) {
+    const before = cachedDataVersionTag();
+    setFlagsFromString(WASM_BASELINE_FLAG);
+    wasmBaselineKnown = cachedDataVersionTag() !== before;
+  }
+  return wasmBaselineKnown;
+}
+
+/**
  * The heap settings a process runs with, and who chose them; the first log line says so, with
  * V8's resulting limit beside them.
  */
@@ -59,6 +88,8 @@ export type HeapSettings =
       readonly semi_space_mib: number;
       readonly initial_old_space_mib: number;
       readonly malloc_arena_max: string;
+      /** Whether node runs with `WASM_BASELINE_FLAG`. */
+      readonly wasm_liftoff_only: boolean;
     }
   | { readonly set_by: 'user'; readonly old_space_mib: number }
   | { readonly set_by: 'node' };
@@ -89,12 +120,16 @@ export interface UserHeapFlags {
   readonly initialOldSpace?: number | undefined;
 }
 
-/** The node flags perch relaunches with: none of its own where the user set that flag. */
+/**
+ * The node flags perch relaunches with: none of its own where the user set that flag (a flag the
+ * user gives node itself comes after these and wins), and `WASM_BASELINE_FLAG` where node knows it.
+ */
 export function heapFlags(config: Config, user: UserHeapFlags = {}): string[] {
   return [
     `--max-old-space-size=${oldSpaceMib(config)}`,
     ...(user.semiSpace === undefined ? [`--max-semi-space-size=${SEMI_SPACE_MIB}`] : []),
     ...(user.initialOldSpace === undefined ? [`--initial-old-space-size=${initialOldSpaceMib(config)}`] : []),
+    ...(knowsWasmBaselineFlag() ? [WASM_BASELINE_FLAG] : []),
   ];
 }
 
@@ -127,6 +162,7 @@ export function heapPlan(config: Config, execArgv: readonly string[], env: NodeJ
         semi_space_mib: userFlags.semiSpace ?? SEMI_SPACE_MIB,
         initial_old_space_mib: userFlags.initialOldSpace ?? initialOldSpaceMib(config),
         malloc_arena_max: arenas,
+        wasm_liftoff_only: execArgv.includes(WASM_BASELINE_FLAG),
       },
     };
   }
