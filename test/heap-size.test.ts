@@ -113,6 +113,9 @@ test('the old space perch asks for is 0.85 x max_bytes + 64 MiB, with a 4 MiB se
     kind: 'serve',
     settings: { set_by: 'perch', old_space_mib: 173, semi_space_mib: 4, initial_old_space_mib: 48, malloc_arena_max: '1', wasm_liftoff_only: true },
   });
+  // A --no-liftoff-only of the user's comes after perch's flags (relaunch.ts) and wins.
+  const tiered = heapPlan(config, [...heapFlags(config), '--no-liftoff-only'], { [HEAP_SIZED_ENV]: '1', MALLOC_ARENA_MAX: '1' });
+  assert.equal(tiered.kind === 'serve' && tiered.settings.set_by === 'perch' && tiered.settings.wasm_liftoff_only, false);
   assert.deepEqual(heapPlan(config, [], { NODE_OPTIONS: '--max-old-space-size=512' }), { kind: 'serve', settings: { set_by: 'user', old_space_mib: 512 } });
   assert.deepEqual(heapPlan(config, ['--max-old-space-size=100'], {}), { kind: 'serve', settings: { set_by: 'user', old_space_mib: 100 } });
   assert.deepEqual(heapPlan(config, [], { PERCH_HEAP_SIZING: 'off' }), { kind: 'serve', settings: { set_by: 'node' } });

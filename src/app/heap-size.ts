@@ -77,6 +77,12 @@ function knowsWasmBaselineFlag(): boolean {
   return wasmBaselineKnown;
 }
 
+/** Whether node's own flags leave WebAssembly on Liftoff: the last of `--liftoff-only` and its negation wins. */
+function liftoffOnly(execArgv: readonly string[]): boolean {
+  const last = execArgv.filter((flag) => /^--(no-)?liftoff[-_]only$/.test(flag)).at(-1);
+  return last !== undefined && !last.startsWith('--no-');
+}
+
 /**
  * The heap settings a process runs with, and who chose them; the first log line says so, with
  * V8's resulting limit beside them.
@@ -162,7 +168,7 @@ export function heapPlan(config: Config, execArgv: readonly string[], env: NodeJ
         semi_space_mib: userFlags.semiSpace ?? SEMI_SPACE_MIB,
         initial_old_space_mib: userFlags.initialOldSpace ?? initialOldSpaceMib(config),
         malloc_arena_max: arenas,
-        wasm_liftoff_only: execArgv.includes(WASM_BASELINE_FLAG),
+        wasm_liftoff_only: liftoffOnly(execArgv),
       },
     };
   }
