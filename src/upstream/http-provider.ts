@@ -161,7 +161,11 @@ async function readLimited(body: Dispatcher.ResponseData['body'], max: number, t
     if (truncate) return undefined;
     throw error;
   }
-  return ownedBytes(chunks, length);
+  // A body that came in one read is that read's own memory: node sizes each read's buffer to
+  // what it read, and undici hands the body out as a view of it, the response's headers before
+  // it. Copying it was one more allocation per miss outside V8's heap, garbage by the time the
+  // entry is stored: the memory tier keeps a copy in its slabs (cache/slab-pool.ts) (issue 22).
+  return chunks.length === 1 ? chunks[0] : ownedBytes(chunks, length);
 }
 
 /** A failure the provider answered with (not a connection failure), with its status. */
