@@ -99,19 +99,20 @@ export function inRegion(entry: CacheEntry, body: Buffer, generation: Generation
 /** The variants' bytes, br then gzip, wherever they live; undefined where there are none. */
 export function variantBytes(entry: CacheEntry): Buffer | undefined {
   const length = entry.brBytes + entry.gzipBytes;
-  if (length === 0) return undefined;
-  const { variants, body } = entry;
-  return variants ?? Buffer.from(body.buffer, body.byteOffset + body.length, length);
+  return length === 0 ? undefined : variantView(entry, 0, length);
 }
 
 /**
- * The bytes of `entry` in `coding`, made as a view when a response needs them: about as cheap as
- * reading a stored view, and a view kept per entry costs the heap more than the body's header.
+ * The bytes of `entry` in `coding`, made as a view when a response needs them rather than kept
+ * per entry (in the full run of 0a54345 a compressed hit cost 0.970x an identity hit's CPU).
  * The entry must have that coding (`brBytes` or `gzipBytes` above 0).
  */
 export function variant(entry: CacheEntry, coding: ContentCoding): Buffer {
-  const start = coding === 'br' ? 0 : entry.brBytes;
-  const length = coding === 'br' ? entry.brBytes : entry.gzipBytes;
+  return coding === 'br' ? variantView(entry, 0, entry.brBytes) : variantView(entry, entry.brBytes, entry.gzipBytes);
+}
+
+/** `length` bytes of the variants from `start`: in `variants`, or right after the body in its region. */
+function variantView(entry: CacheEntry, start: number, length: number): Buffer {
   const { variants, body } = entry;
   return variants === undefined ? Buffer.from(body.buffer, body.byteOffset + body.length + start, length) : variants.subarray(start, start + length);
 }
