@@ -8,6 +8,7 @@
 //   BENCH_WARMUP_S (2)           warm-up run per target before measuring (capped at the duration)
 //   BENCH_CONNECTIONS (64)       hit-path connections, also the cache-fill concurrency
 //   BENCH_MISS_CONNECTIONS (1)   miss-path connections (see scenarios/miss.mjs)
+//   BENCH_MISS_COMPRESSION       YAML for the miss perch's cache.compression, e.g. '{ brotli: false, gzip: false }'
 //   BENCH_ONLY                   comma list of scenarios: hit,hit-side,hit-tail,hit-rate,bytes,miss,economy,memory,redis-frozen,validate,quota,sick-upstream,fairness,tracing
 //   BENCH_ECONOMY_REQUESTS (100000), BENCH_ECONOMY_KEYS (10000), BENCH_ZIPF_S (1.1), BENCH_SEED (6)
 //   BENCH_MEMORY_ENTRIES (100000), BENCH_MEMORY_PAGES (40000), BENCH_MEMORY_MAX_BYTES (134217728)

@@ -33,6 +33,11 @@ export function startPerchShell(ctx, userId) {
   return startScript(ctx, 'perch-shell', { HIT_USER_ID: userId, PERCH_ROOT: ctx.repoRoot });
 }
 
+/** A miss's work done plainly on node:http and undici, up to `work` (hop, parse or compress: see servers/plain-miss.mjs). */
+export function startPlainMiss(ctx, upstreamUrl, work) {
+  return startScript(ctx, 'plain-miss', { UPSTREAM: upstreamUrl, MISS_WORK: work, PERCH_ROOT: ctx.repoRoot });
+}
+
 /** The hit path's work done plainly on bare node:http (see servers/minimal-path.mjs). */
 export function startMinimalPath(ctx, userId, { ownSession = false, logName = 'minimal-path' } = {}) {
   const logFile = ctx.options.logToFile ? join(ctx.tmpDir, `${logName}.log`) : '/dev/null';
