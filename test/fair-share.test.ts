@@ -79,6 +79,31 @@ test('a crawler\'s backlog does not starve another key: its miss is the next cal
   assert.deepEqual(ids(upstream), [1, 2, 100, 3, 4, 5, 6, 7, 8]);
 });
 
+test('a cap kept busy sends its calls a refill apart, so a key owed the next call waits one refill, not the rest of a window', { timeout: 10_000 }, async (t) => {
+  answered = 0;
+  const clock = new ManualClock();
+  const upstream = await startUpstream(t, sampleProvider);
+  const perch = await startPerch(t, config(upstream.url, 'max_requests_per_second: 10, queue_timeout_ms: 10000'), { clock, timers: clock });
+  const pending: Promise<TestResponse>[] = [];
+  for (let id = 1; id <= 20; id++) pending.push((await send(perch, clock, upstream, KEY, id)).response);
+  assert.equal(upstream.requests.length, 10, 'the burst of 10 goes at once');
+  await waitFor(() => answered >= 10);
+  clock.advance(WINDOW_MS);
+  await waitFor(() => answered >= 11);
+  // The app's miss is queued (send returns once it waits), so the cap refused it: the window let
+  // one crawler call go, not the clump of ten its first second had.
+  pending.push((await send(perch, clock, upstream, OTHER_KEY, 100)).response);
+  assert.deepEqual(ids(upstream).slice(10), [11]);
+  clock.advance(100);
+  await waitFor(() => upstream.requests.length > 11);
+  assert.deepEqual(ids(upstream).slice(10), [11, 100], 'the app has the next refill');
+  await release(clock, upstream, WINDOW_MS, 21);
+  assert.deepEqual(
+    (await Promise.all(pending)).map((r) => r.status),
+    Array<number>(21).fill(200),
+  );
+});
+
 test('provider_weight: a key of a plan of weight 3 gets three calls to one of weight 1 while both wait', { timeout: 10_000 }, async (t) => {
   answered = 0;
   const clock = new ManualClock();

@@ -1,6 +1,8 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { Redis } from 'ioredis';
+import { ANY, type Admission } from '../src/upstream/guard/provider-state.js';
+import { RedisProviderState } from '../src/upstream/guard/redis-state.js';
 import { ManualClock } from './helpers/clock.js';
 import { startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
@@ -55,6 +57,39 @@ test('max_requests_per_second holds across two instances: never more calls in an
   // 50 ms margin. Without the cap all 20 arrive within a few milliseconds.
   const busiest = Math.max(...arrivals.map((start) => arrivals.filter((at) => at >= start && at < start + 950).length));
   assert.equal(busiest, 5, `arrivals (ms) ${arrivals.map((at) => Math.round(at - arrivals[0]!)).join(' ')}`);
+});
+
+test('in Redis too, calls that waited for the window saved no burst: once it moves they go one refill apart', { timeout: 15_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const client = new Redis(redis.url);
+  onCleanup(t, () => client.disconnect());
+  // The cap's times are Redis TIME, which no test clock moves: the window is made to pass by
+  // moving its marks and the bucket's clock back by the wait instead.
+  const state = new RedisProviderState(client, { prefix: 'perch:', now: () => Date.now(), commandTimeoutMs: 2000 });
+  const cap = { rate: { perSecond: 10, burst: 10, windowLimit: 10, windowMs: 1000 } };
+  let lease = 0;
+  const admit = async (): Promise<Admission> => {
+    const leaseId = `l${++lease}`;
+    const admission = await state.admit({ upstream: 'main', scope: ANY, candidates: ['a'], cap, localCap: cap, leaseId, leaseMs: 60_000, payer: { id: 'crawler', weight: 1, label: 'crawler' } });
+    if (admission.kind === 'admitted') {
+      state.finish('main', leaseId);
+      await client.ping();
+    }
+    return admission;
+  };
+  const waitOf = (admission: Admission) => (admission.kind === 'over_cap' ? admission.waitMs : -1);
+  for (let i = 0; i < 10; i++) assert.equal((await admit()).kind, 'admitted', `call ${i}`);
+  const heldMs = waitOf(await admit());
+  // The window's wait (a second after the first answer), not the token's (100 ms).
+  assert.ok(heldMs > 900 && heldMs <= 1001, `waited ${heldMs} ms`);
+  const base = state.upstreamKey('main');
+  const marks = await client.zrange(`${base}:recent`, '0', '-1', 'WITHSCORES');
+  for (let i = 0; i < marks.length; i += 2) await client.zadd(`${base}:recent`, String(Number(marks[i + 1]) - heldMs), marks[i]!);
+  await client.hincrby(`${base}:bucket`, 'at', -heldMs);
+  assert.equal((await admit()).kind, 'admitted', 'the token kept for the end of the wait');
+  const next = waitOf(await admit());
+  // A token's refill, less the milliseconds since: the ten saved while the call waited are not there.
+  assert.ok(next > 50 && next <= 100, `the next call waits ${next} ms`);
 });
 
 test('while Redis is unreachable each instance keeps only its redis_down_share of the cap', { timeout: 20_000 }, async (t) => {

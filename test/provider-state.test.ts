@@ -35,7 +35,7 @@ function call(state: MemoryProviderState, cap: CallCap): string {
   return admission.kind;
 }
 
-test('the rate cap admits the burst, then never more than the rate in any one-second window', { timeout: 5000 }, () => {
+test('the rate cap admits the burst, then never more than the rate in any one-second window, and no clump while calls wait', { timeout: 5000 }, () => {
   const clock = new ManualClock();
   const state = new MemoryProviderState(clock);
   const cap = compileCap({ ...PROTECTION, max_requests_per_second: 10, burst: 10 });
@@ -48,6 +48,29 @@ test('the rate cap admits the burst, then never more than the rate in any one-se
   clock.advance(500);
   assert.deepEqual(state.admit(query(cap)), { kind: 'over_cap', waitMs: G }, 'a call marked t may have been answered at t + 0.999');
   clock.advance(G);
+  // Calls waited for the window all along, so the bucket saved no burst: one call goes, and the
+  // rest follow one refill apart instead of repeating the first second's clump.
+  assert.equal(call(state, cap), 'admitted');
+  const gaps: number[] = [];
+  for (let i = 0; i < 12; i++) {
+    const admission = state.admit(query(cap));
+    assert.equal(admission.kind, 'over_cap', `paced call ${i}`);
+    const waitMs = (admission as { waitMs: number }).waitMs;
+    gaps.push(waitMs);
+    clock.advance(waitMs);
+    assert.equal(call(state, cap), 'admitted', `paced call ${i}`);
+  }
+  // Nine refills, then the first paced call's window ends a millisecond after the tenth refill.
+  assert.deepEqual(gaps, [100, 100, 100, 100, 100, 100, 100, 100, 100, 100 + G, 100, 100]);
+});
+
+test('a cap that was idle for a window bursts again', { timeout: 5000 }, () => {
+  const clock = new ManualClock();
+  const state = new MemoryProviderState(clock);
+  const cap = compileCap({ ...PROTECTION, max_requests_per_second: 10, burst: 10 });
+  for (let i = 0; i < 10; i++) assert.equal(call(state, cap), 'admitted', `call ${i}`);
+  // Nobody asked while the window was full: nothing waited, so the bucket refilled whole.
+  clock.advance(1000 + G);
   for (let i = 0; i < 10; i++) assert.equal(call(state, cap), 'admitted', `second window, call ${i}`);
   assert.equal(call(state, cap), 'over_cap');
 });

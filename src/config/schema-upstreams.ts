@@ -68,7 +68,7 @@ const HTTP = {
     readme: '-',
     doc: "perch's cap on its own calls to this upstream, fleet-wide: never more in any one-second window, 0.001-1000000 (under 1/s: one call per `1/rate` seconds); absent: no rate cap",
   }),
-  burst: int({ min: 1, max: 1_000_000, readme: '`ceil(max_requests_per_second)`', doc: 'calls that may start at once from an idle cap (token bucket); needs `max_requests_per_second`' }),
+  burst: int({ min: 1, max: 1_000_000, readme: '`ceil(max_requests_per_second)`', doc: 'calls that may start at once from an idle cap (token bucket); while calls wait for the one-second window it saves only the next, so a saturated cap sends them a refill apart; needs `max_requests_per_second`' }),
   max_concurrent: int({ min: 1, max: 100_000, readme: '-', doc: 'calls in flight at once, fleet-wide, 1-100000' }),
   quota,
   queue_timeout_ms: int({

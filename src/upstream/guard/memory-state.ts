@@ -162,9 +162,11 @@ function waitFor(ledger: Ledger, cap: CallCap, now: number): number {
   if (cap.rate !== undefined) {
     const { perSecond, burst, windowLimit, windowMs } = cap.rate;
     ledger.tokens = Math.min(burst, ledger.tokens + (Math.max(0, now - ledger.at) * perSecond) / 1000);
-    ledger.at = now;
-    if (ledger.tokens + EPSILON < 1) wait = Math.max(wait, Math.ceil(((1 - ledger.tokens) * 1000) / perSecond));
-    wait = Math.max(wait, windowWait(ledger.recent, windowLimit, windowMs, now));
+    ledger.at = Math.max(ledger.at, now);
+    const tokenWait = ledger.tokens + EPSILON < 1 ? Math.ceil(((1 - ledger.tokens) * 1000) / perSecond) : 0;
+    const held = windowWait(ledger.recent, windowLimit, windowMs, now);
+    if (held > 0 && held >= tokenWait) holdBurst(ledger, now + held);
+    wait = Math.max(wait, tokenWait, held);
   }
   if (cap.quota !== undefined) wait = Math.max(wait, windowWait(ledger.quota, cap.quota.requests, cap.quota.windowMs, now));
   if (cap.maxConcurrent !== undefined) {
@@ -172,6 +174,18 @@ function waitFor(ledger: Ledger, cap: CallCap, now: number): number {
     if (ledger.leases.size >= cap.maxConcurrent) wait = Math.max(wait, IN_FLIGHT_POLL_MS);
   }
   return wait;
+}
+
+/**
+ * A call waits for the window, not for a token: the bucket keeps one token for the moment the
+ * window lets it go and saves nothing more until then. A burst is for a cap that was idle; one
+ * saved while calls waited would go out the moment the window moves, and since the window frees
+ * places as it took them, every later second would start with the same clump, so a key owed the
+ * next call could wait up to a whole window instead of one refill.
+ */
+function holdBurst(ledger: Ledger, until: number): void {
+  ledger.tokens = 1;
+  ledger.at = until;
 }
 
 /** A call whose mark is `t` counts in the window until `t + windowMs + CLOCK_GRANULARITY_MS` (exclusive). */

@@ -33,7 +33,9 @@ export const CLOCK_GRANULARITY_MS = 1;
  * burst, a sliding log so that no window of `windowMs` ever holds more than `windowLimit` calls
  * (the bucket alone lets `burst + rate` through in a second), an optional longer quota window
  * of the same kind, and a bound on calls in flight. A call in flight counts in both logs until
- * its answer and a window more (see `ProviderState.finish`).
+ * its answer and a window more (see `ProviderState.finish`). While a call waits for the sliding
+ * log rather than for a token, the bucket keeps one token and saves no more, so a saturated cap
+ * sends its calls one refill apart, not in a clump each window.
  */
 export interface CallCap {
   readonly rate?: { readonly perSecond: number; readonly burst: number; readonly windowLimit: number; readonly windowMs: number };

@@ -74,14 +74,28 @@ end
 local wait = 0
 local rate = tonumber(ARGV[2])
 local tokens = 0
+local at = rnow
 if rate > 0 then
   local burst = tonumber(ARGV[3])
   local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
   tokens = tonumber(state[1])
-  local at = tonumber(state[2])
-  if tokens == nil or at == nil then tokens = burst else tokens = math.min(burst, tokens + math.max(0, rnow - at) * rate / 1000) end
-  if tokens + 1e-9 < 1 then wait = math.max(wait, math.ceil((1 - tokens) * 1000 / rate)) end
-  wait = math.max(wait, window_wait(KEYS[2], tonumber(ARGV[4]), tonumber(ARGV[5])))
+  local stored_at = tonumber(state[2])
+  if tokens == nil or stored_at == nil then
+    tokens = burst
+  else
+    tokens = math.min(burst, tokens + math.max(0, rnow - stored_at) * rate / 1000)
+    at = math.max(stored_at, rnow)
+  end
+  local token_wait = 0
+  if tokens + 1e-9 < 1 then token_wait = math.ceil((1 - tokens) * 1000 / rate) end
+  local held = window_wait(KEYS[2], tonumber(ARGV[4]), tonumber(ARGV[5]))
+  if held > 0 and held >= token_wait then
+    -- Waiting for the window saves no burst (memory-state.ts, holdBurst): one token, from its end.
+    tokens, at = 1, rnow + held
+    redis.call('HSET', KEYS[1], 'tokens', '1', 'at', string.format('%d', at))
+    redis.call('PEXPIRE', KEYS[1], held + math.ceil(burst * 1000 / rate) + 1000)
+  end
+  wait = math.max(wait, token_wait, held)
 end
 local quota = tonumber(ARGV[6])
 if quota > 0 then wait = math.max(wait, window_wait(KEYS[3], quota, tonumber(ARGV[7]))) end
@@ -121,8 +135,8 @@ local lease_ms = tonumber(ARGV[10])
 -- Until its answer a call counts as if it reached the provider at the end of its lease.
 local in_flight = rnow + lease_ms
 if rate > 0 then
-  redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', math.max(0, tokens - 1)), 'at', string.format('%d', rnow))
-  redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[3]) * 1000 / rate) + 1000)
+  redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', math.max(0, tokens - 1)), 'at', string.format('%d', at))
+  redis.call('PEXPIRE', KEYS[1], (at - rnow) + math.ceil(tonumber(ARGV[3]) * 1000 / rate) + 1000)
   redis.call('ZADD', KEYS[2], in_flight, lease)
   redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[5]) + lease_ms + 1000)
 end
