@@ -215,3 +215,30 @@ test('fleet-wide, end to end: a crawler queued on instance A yields the next cal
   );
   assert.deepEqual(ids(upstream), [1, 100, 2, 3]);
 });
+
+test('fleet-wide: a key that starts waiting behind another key\'s backlog asks the fleet at once, so no instance takes its turn', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const clock = new ManualClock();
+  // One call per 5 s: the crawler's second miss is told to come back in about 5 s, on a clock the
+  // test holds, so the queue's own wake-up never comes while the test looks.
+  const yaml = `${config(upstream.url, 'max_requests_per_second: 0.2, queue_timeout_ms: 60000')}rate_limits_redis: { url: "${redis.url}", command_timeout_ms: 2000 }\n`;
+  const perch = await startPerch(t, yaml, { clock, timers: clock });
+  const inspector = new Redis(redis.url);
+  onCleanup(t, () => inspector.disconnect());
+  const waiting = (payer: string) => async () => (await inspector.zscore('perch:{up:main}:fairq', payer)) !== null;
+  const first = perch.request('/v1/users/1');
+  await waitFor(() => upstream.requests.length === 1);
+  const second = perch.request('/v1/users/2');
+  await waitFor(waiting('crawler'));
+  const app = perch.request('/v1/users/100', { key: OTHER_KEY });
+  // Registered in Redis on arrival: at the window's end the place is the app's, whichever
+  // instance asks first.
+  await waitFor(waiting('app'));
+  clock.advance(60_000);
+  assert.deepEqual(
+    (await Promise.all([first, second, app])).map((r) => r.status),
+    [200, 429, 429],
+  );
+  assert.deepEqual(ids(upstream), [1]);
+});

@@ -33,8 +33,9 @@ interface Flow {
  * share. A key that asks for less than its share finds the virtual time where the busy keys'
  * calls are and goes ahead of their backlog, so it waits about one call of the cap; while two keys
  * both wait, one with three times the weight gets three calls for one. Only the next call asks
- * the cap, again when the cap said it would have room or when a call of this instance ends, so
- * capacity is never left idle while a call waits (work-conserving).
+ * the cap, again when the cap said it would have room, when a call of this instance ends, or when
+ * a key that starts waiting becomes the next, so capacity is never left idle while a call waits
+ * (work-conserving).
  *
  * When the queue is full, the arriving call and the last call of the key furthest ahead in
  * virtual time compete: the one further ahead is refused, so a flood from one key fills the queue
@@ -93,7 +94,11 @@ export class AdmissionQueue {
       if (flow.waiters.length === 0) flow.start = Math.max(this.#virtualTime, flow.finish);
       flow.waiters.push(waiter);
       this.#length++;
-      this.#scheduleWake(this.#length === 1 ? this.#lastWaitMs : undefined);
+      if (this.#length === 1) this.#scheduleWake(this.#lastWaitMs);
+      // A key that goes ahead of the waiting ones asks now, not at the wake-up set for them: in a
+      // fleet the ask registers its turn in the shared cap, which another instance asking at the
+      // window's end would otherwise take.
+      else if (flow.waiters.length === 1 && this.#next() === flow) this.wake();
     });
     return { admission, waitedMs: this.#clock.now() - started };
   }
