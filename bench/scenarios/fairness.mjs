@@ -105,11 +105,12 @@ async function appPhase(ctx, name, instances) {
     const result = {
       name,
       appOk: share200(app),
+      appP50: percentile(app.filter((r) => r.status === 200).map((r) => r.ms).sort((a, b) => a - b), 50),
       appP99: percentile(app.filter((r) => r.status === 200).map((r) => r.ms).sort((a, b) => a - b), 99),
       busiest: use.busiest,
       used: use.used,
     };
-    result.line = `${name}: app ${JSON.stringify(statuses(app))} (${(result.appOk * 100).toFixed(1)}% 200, p99 ${result.appP99.toFixed(0)} ms), crawler ${JSON.stringify(statuses(crawler))}, provider ${provider.calls.length} calls (${(use.used * 100).toFixed(1)}% of the cap's ${10 * SECONDS + 10}, burst included; busiest 1 s window ${use.busiest})`;
+    result.line = `${name}: app ${JSON.stringify(statuses(app))} (${(result.appOk * 100).toFixed(1)}% 200, p50 ${result.appP50.toFixed(0)} ms, p99 ${result.appP99.toFixed(0)} ms), crawler ${JSON.stringify(statuses(crawler))}, provider ${provider.calls.length} calls (${(use.used * 100).toFixed(1)}% of the cap's ${10 * SECONDS + 10}, burst included; busiest 1 s window ${use.busiest})`;
     ctx.log(`  fairness ${result.line}`);
     return result;
   } finally {
@@ -149,6 +150,7 @@ export async function fairnessScenario(ctx) {
   for (const [id, r] of [['one', one], ['two', two]]) {
     figures.push(
       { id: `fair.${id}.app`, label: `share of the app's misses answered 200, ${r.name}`, runs: [r.appOk], target: atLeast(0.99), decimals: 3 },
+      { id: `fair.${id}.p50`, label: `app p50 (ms), ${r.name}`, runs: [r.appP50], decimals: 0 },
       { id: `fair.${id}.p99`, label: `app p99 (ms), ${r.name}`, runs: [r.appP99], target: atMost(600), decimals: 0 },
       { id: `fair.${id}.used`, label: `share of the cap's capacity the provider got, ${r.name}`, runs: [r.used], target: atLeast(0.85), decimals: 3 },
       { id: `fair.${id}.busiest`, label: `most provider calls in any 1 s window (cap 10), ${r.name}`, runs: [r.busiest], target: atMost(10), decimals: 0 },
