@@ -114,7 +114,7 @@ export async function missScenario(ctx) {
           }));
         }),
       ],
-      tables: [targetsTable({ title: `Miss path, ${conns}, a new path per request: both targets (medians over ${options.runs} rounds)`, targets, results, baseline: 'direct', rule: 'latency' })],
+      tables: [targetsTable({ title: `Miss path, ${conns}, a new path per request: every target (medians over ${options.runs} rounds)`, targets, results, baseline: 'direct', rule: 'latency' })],
       notes: [],
     };
   } finally {
