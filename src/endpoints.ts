@@ -49,6 +49,19 @@ export const PARAMETER_PATTERNS: Readonly<Record<keyof PathParams, RegExp>> = {
   username: /^[A-Za-z0-9_]{1,50}$/,
 };
 
+/**
+ * The one spelling of a valid path parameter, so that one resource is one cache key, one purge
+ * target and one provider call: an id without leading zeros (`007` is `7`, `000` is `0`), since the
+ * provider reads ids as numbers; a username in lowercase, since the provider ignores its case.
+ */
+export function canonicalParameter(name: keyof PathParams, value: string): string {
+  if (name === 'username') return value.toLowerCase();
+  return value.replace(LEADING_ZEROS, '');
+}
+
+/** Zeros before the last digit: what `canonicalParameter` drops from an id. */
+const LEADING_ZEROS = /^0+(?=[0-9])/;
+
 export const DEFAULT_COUNT = 20;
 export const MAX_COUNT = 100;
 export const MAX_CURSOR_BYTES = 1024;

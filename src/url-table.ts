@@ -1,4 +1,4 @@
-import { DEFAULT_COUNT, INVALID, MAX_COUNT, MAX_CURSOR_BYTES, PARAMETER_PATTERNS, type EndpointName, type EndpointRequest, type PathParams } from './endpoints.js';
+import { canonicalParameter, DEFAULT_COUNT, INVALID, MAX_COUNT, MAX_CURSOR_BYTES, PARAMETER_PATTERNS, type EndpointName, type EndpointRequest, type PathParams } from './endpoints.js';
 
 /**
  * The whole URL table: the paths perch answers itself (probes, metrics, the OpenAPI document,
@@ -93,8 +93,9 @@ function matchTarget(target: string): RouteMatch {
 const UNKNOWN: RouteMatch = { kind: 'unknown' };
 
 function single(endpoint: 'user' | 'tweet', name: 'user_id' | 'tweet_id', raw: string): RouteMatch {
-  const id = decodeSegment(raw);
-  if (id === undefined || !PARAMETER_PATTERNS[name].test(id)) return invalid(endpoint, INVALID[name]);
+  const given = decodeSegment(raw);
+  if (given === undefined || !PARAMETER_PATTERNS[name].test(given)) return invalid(endpoint, INVALID[name]);
+  const id = canonicalParameter(name, given);
   const base = endpoint === 'tweet' ? '/v1/tweets/' : '/v1/users/';
   return ok(endpoint, { [name]: id }, base + id);
 }
@@ -102,14 +103,14 @@ function single(endpoint: 'user' | 'tweet', name: 'user_id' | 'tweet_id', raw: s
 function byUsername(raw: string): RouteMatch {
   const name = decodeSegment(raw);
   if (name === undefined || !PARAMETER_PATTERNS.username.test(name)) return invalid('user_by_username', INVALID.username);
-  // Usernames are case-insensitive at the provider, so one cache entry serves every spelling.
-  const username = name.toLowerCase();
+  const username = canonicalParameter('username', name);
   return ok('user_by_username', { username }, `/v1/users/by/username/${username}`);
 }
 
 function listing(endpoint: 'tweets' | 'replies' | 'following', raw: string, query: string): RouteMatch {
-  const id = decodeSegment(raw);
-  if (id === undefined || !PARAMETER_PATTERNS.user_id.test(id)) return invalid(endpoint, INVALID.user_id);
+  const given = decodeSegment(raw);
+  if (given === undefined || !PARAMETER_PATTERNS.user_id.test(given)) return invalid(endpoint, INVALID.user_id);
+  const id = canonicalParameter('user_id', given);
   const search = query === '' ? undefined : new URLSearchParams(query);
   const cursors = search?.getAll('cursor') ?? [];
   if (cursors.length > 1) return invalid(endpoint, INVALID.repeated('cursor'));

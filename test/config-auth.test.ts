@@ -24,6 +24,8 @@ describe('auth.mode: upstream', () => {
       verify_ttl_seconds: 300,
       reject_ttl_seconds: 60,
       remembered_keys: 100000,
+      verify_rate_per_second: 1,
+      verify_burst: 20,
     });
   });
 

@@ -37,6 +37,7 @@ test('the tracing section: defaults, and what an endpoint may be', T, () => {
     endpoint: 'http://collector:4318',
     sample_ratio: 1,
     service_name: 'perch',
+    client_tracestate: false,
   });
   assert.deepEqual(problemsOf(`${base}\ntracing: { endpoint: "ftp://collector" }`), ['tracing.endpoint: must use http: or https:']);
   assert.deepEqual(problemsOf(`${base}\ntracing: { endpoint: "http://u:p@collector" }`), ['tracing.endpoint: must not contain a username or password (put credentials in headers)']);
@@ -46,12 +47,13 @@ test('the tracing section: defaults, and what an endpoint may be', T, () => {
 });
 
 test('settings: the section, else the standard OTEL_* variables, else off', T, () => {
-  const section = { endpoint: 'http://collector:4318/', headers: { a: 'b' }, sample_ratio: 0.5, service_name: 'edge' };
+  const section = { endpoint: 'http://collector:4318/', headers: { a: 'b' }, sample_ratio: 0.5, service_name: 'edge', client_tracestate: true };
   assert.deepEqual(tracingSettings(section, { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://other' }), {
     url: 'http://collector:4318/v1/traces',
     headers: { a: 'b' },
     sampleRatio: 0.5,
     serviceName: 'edge',
+    clientTracestate: true,
   });
   assert.equal(tracingSettings(undefined, {}), undefined);
   assert.deepEqual(
@@ -63,7 +65,7 @@ test('settings: the section, else the standard OTEL_* variables, else off', T, (
       OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
       OTEL_TRACES_SAMPLER_ARG: '0.25',
     }),
-    { url: 'https://collector/otlp/v1/traces', headers: { authorization: 'Bearer t1', 'x-tenant': 'b' }, sampleRatio: 0.25, serviceName: 'perch-eu' },
+    { url: 'https://collector/otlp/v1/traces', headers: { authorization: 'Bearer t1', 'x-tenant': 'b' }, sampleRatio: 0.25, serviceName: 'perch-eu', clientTracestate: false },
   );
   // The signal's own variable is the full URL, as the specification has it.
   assert.equal(tracingSettings(undefined, { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://a', OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://b/traces' })?.url, 'http://b/traces');

@@ -32,7 +32,7 @@ async function requestSource(t: TestContext, onRequest: (req: IncomingMessage) =
 async function tracedSource(t: TestContext, sampleRatio: number, draws: number[]) {
   const receiver = await startOtlpReceiver(t);
   const tracing = createTracing(
-    { url: `${receiver.url}/v1/traces`, headers: {}, sampleRatio, serviceName: 'perch-test' },
+    { url: `${receiver.url}/v1/traces`, headers: {}, sampleRatio, serviceName: 'perch-test', clientTracestate: false },
     { clock: new ManualClock(), logger: captureLogs().logger, exportDelayMs: 10, random: () => draws.shift() ?? assert.fail('no draw left') },
   );
   onCleanup(t, () => tracing.close());
@@ -40,7 +40,7 @@ async function tracedSource(t: TestContext, sampleRatio: number, draws: number[]
   // Whether each span was recording while its request ran (an ended span records no more).
   const recording: boolean[] = [];
   const send = await requestSource(t, (req) => {
-    const span = tracing.request(req, `req-${spans.length}`);
+    const span = tracing.request(req, `req-${spans.length}`, true);
     spans.push(span);
     recording.push(span.recording);
     endRequestSpan(span, req.method, { route: 'user', status: 200, cache: 'hit', keyId: 'alpha', upstream: undefined });

@@ -104,7 +104,7 @@ test('a miss: a server span named after the route, with the provider queue and o
   assertNoSecrets(receiver, yaml);
 });
 
-test('a hit: one server span, no children; an incoming traceparent and tracestate are continued', { timeout: 20_000 }, async (t) => {
+test(`a hit: one server span, no children; an incoming traceparent is continued, its tracestate dropped`, { timeout: 20_000 }, async (t) => {
   const receiver = await startOtlpReceiver(t);
   const upstream = await startUpstream(t, sampleProvider);
   const yaml = testConfig(v1('main', upstream.url, `headers: { X-API-Key: "${PROVIDER_SECRET}" }`), tracing(receiver, ', sample_ratio: 0'));
@@ -125,7 +125,8 @@ test('a hit: one server span, no children; an incoming traceparent and tracestat
   assert.equal(server.parentSpanId, callerSpan);
   const attempt = missSpans.find((s) => s.kind === CLIENT)!;
   assert.equal(upstream.requests[0]!.headers.traceparent, `00-${callerTrace}-${attempt.spanId}-01`);
-  assert.equal(upstream.requests[0]!.headers.tracestate, 'vendor=opaque');
+  // The caller's vendors' data is not the provider's business unless the operator says so.
+  assert.equal(upstream.requests[0]!.headers.tracestate, undefined);
 
   const [hitSpan] = await spansOf(receiver, hitTrace, 1);
   assert.equal(hitSpan!.kind, SERVER);
@@ -148,6 +149,44 @@ test('a hit: one server span, no children; an incoming traceparent and tracestat
   await spansOf(receiver, `${'f'.repeat(31)}e`, 1);
   assert.equal(receiver.spans.filter((s) => s.traceId === unsampledTrace || s.traceId === fresh.trace_id).length, 0);
   assertNoSecrets(receiver, yaml);
+});
+
+test(`tracing.client_tracestate: true hands an accepted caller's tracestate on to the provider`, { timeout: 20_000 }, async (t) => {
+  const receiver = await startOtlpReceiver(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const yaml = testConfig(v1('main', upstream.url, `headers: { X-API-Key: "${PROVIDER_SECRET}" }`), tracing(receiver, ', client_tracestate: true'));
+  const perch = await traced(t, yaml);
+  const traceparent = `00-${'4bf92f3577b34da6a3ce929d0e0e4736'}-00f067aa0ba902b7-01`;
+  assert.equal((await perch.request('/v1/users/7', { headers: { traceparent, tracestate: 'vendor=opaque' } })).status, 200);
+  assert.equal(upstream.requests[0]!.headers.tracestate, 'vendor=opaque');
+});
+
+test(`a caller's traceparent counts only once its key is accepted: a 401 or a key the provider has not verified starts a trace of perch's own`, { timeout: 20_000 }, async (t) => {
+  const receiver = await startOtlpReceiver(t);
+  const good = 'ck-trace-good-0123456789';
+  const upstream = await startUpstream(t, (req, res) => (req.headers['x-api-key'] === good ? sampleProvider(req, res) : json(401, { title: 'Unauthorized' })(req, res)));
+  const yaml = `
+server: { host: 127.0.0.1, port: 0 }
+auth: { mode: upstream, default_plan: resale }
+rate_limits: { resale: { capacity: 1000, refill_per_second: 1000 } }
+upstreams: { main: { kind: v1, url: "${upstream.url}", timeout_ms: 2000, propagate_trace: true } }
+${tracing(receiver, ', sample_ratio: 0')}
+`;
+  const perch = await traced(t, yaml);
+  const callerTrace = '4bf92f3577b34da6a3ce929d0e0e4736';
+  const sampled = { traceparent: `00-${callerTrace}-00f067aa0ba902b7-01` };
+  // No key, then a key the provider has not seen: neither joins the caller's trace nor is recorded.
+  assert.equal((await perch.request('/v1/users/7', { key: null, headers: sampled })).status, 401);
+  assert.equal((await perch.request('/v1/users/7', { key: good, headers: sampled })).status, 200);
+  const [noKey, unverified] = accessLines(perch);
+  assert.notEqual(noKey!.trace_id, callerTrace);
+  assert.notEqual(unverified!.trace_id, callerTrace);
+  assert.doesNotMatch(String(upstream.requests[0]!.headers.traceparent), new RegExp(callerTrace));
+  // The provider has accepted the key: now its caller's trace is continued, and sampled.
+  assert.equal((await perch.request('/v1/users/7', { key: good, headers: sampled })).status, 200);
+  assert.equal(accessLines(perch)[2]!.trace_id, callerTrace);
+  await spansOf(receiver, callerTrace, 1);
+  assert.equal(receiver.spans.filter((s) => s.traceId === noKey!.trace_id || s.traceId === unverified!.trace_id).length, 0);
 });
 
 test('a coalesced miss: the leader\'s span has the attempt, the follower\'s none', { timeout: 20_000 }, async (t) => {

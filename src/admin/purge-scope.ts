@@ -1,5 +1,5 @@
 import type { PurgeTarget } from '../cache/generations.js';
-import { ENDPOINT_NAMES, INVALID, PARAMETER_PATTERNS, PATH_PARAMETER, isEndpointName, type EndpointName } from '../endpoints.js';
+import { canonicalParameter, ENDPOINT_NAMES, INVALID, PARAMETER_PATTERNS, PATH_PARAMETER, isEndpointName, type EndpointName } from '../endpoints.js';
 
 /** A purge body, read: what to purge and how to echo it, or the message naming the problem. */
 export type PurgeScope =
@@ -41,7 +41,7 @@ export function readPurgeScope(body: Buffer): PurgeScope {
   const value = fields[parameter];
   if (value === undefined) return invalid(`Invalid parameter: ${parameter} is required for endpoint ${endpoint}`);
   if (typeof value !== 'string' || !PARAMETER_PATTERNS[parameter].test(value)) return invalid(INVALID[parameter]);
-  const normalized = parameter === 'username' ? value.toLowerCase() : value;
+  const normalized = canonicalParameter(parameter, value);
   return { kind: 'ok', target: `${endpoint}:${normalized}`, label: endpoint, echo: { endpoint, [parameter]: normalized } };
 }
 

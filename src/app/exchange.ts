@@ -34,8 +34,8 @@ export interface Exchange {
    * when the headers are written, so a miss's answer counts the call it made.
    */
   budget?: () => BudgetStanding;
-  /** The request's server span; absent when tracing is off. */
-  readonly trace?: TraceSpan;
+  /** The request's server span, started once the key is checked; absent when tracing is off. */
+  trace: TraceSpan | undefined;
 }
 
 /**

@@ -93,12 +93,18 @@ export function createPerch(options: PerchOptions): Perch {
     ...(tiers.sharedFlights === undefined ? {} : { sharedFlights: tiers.sharedFlights }),
     clock,
     logger,
+    async verifyTurn() {
+      const { auth } = runtime.current.config;
+      const verdict = await rateLimits.takeVerification(runtime.current.config);
+      return verdict.allowed ? undefined : Math.max(1, Math.ceil((1 - verdict.tokens) / auth.verify_rate_per_second));
+    },
   });
   const handler = createRequestHandler({ live: runtime, cache: readThrough, rateLimits, budgets, logger, metrics, tracing });
   metrics.addCacheTier(tiers.cache.memory);
   metrics.addEvictionCount(() => tiers.cache.memory.evictions);
   metrics.addSlabMetrics(() => tiers.cache.memory.slabs);
   metrics.addBudgetGauges(() => budgets.all());
+  metrics.addPassThroughGauge(() => runtime.current.verifier?.held());
   metrics.addThrottleGauge(() => Object.fromEntries(Object.entries(runtime.current.upstreams.status()).map(([name, status]) => [name, status.throttle])));
   // Prometheus's own names for the same facts (prometheus_config_last_reload_*), so alerts carry over.
   metrics.addStateGauge('perch_config_last_reload_successful', 'Whether the latest configuration load (start-up or SIGHUP) succeeded (1) or was refused (0).', () =>

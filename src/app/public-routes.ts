@@ -8,6 +8,9 @@ import { send } from '../server/respond.js';
 import { splitTarget, type OperationalRoute } from '../url-table.js';
 import type { Runtime } from './runtime.js';
 
+/** RFC 6750's `Authorization: Bearer <token>`, the scheme case-insensitive. */
+const BEARER = /^Bearer +(\S+) *$/i;
+
 /** A readiness condition owned elsewhere (e.g. "Redis reachable"); true when satisfied. */
 export type ReadinessCheck = () => boolean | Promise<boolean>;
 
@@ -49,6 +52,10 @@ export class PublicRoutes {
       send(res, req.method === 'HEAD', 405, errorBody('E405'), ['allow', 'GET, HEAD']);
       return;
     }
+    if (route === 'metrics' && !this.#scraperAllowed(req)) {
+      send(res, req.method === 'HEAD', 401, errorBody('E401'), []);
+      return;
+    }
     this.#serve(route, req.method === 'HEAD', res).catch((error: unknown) => {
       this.#options.logger.error({ err: error, route }, 'error serving an operational endpoint');
       if (!res.headersSent) send(res, false, 500, errorBody('E500'), []);
@@ -61,6 +68,10 @@ export class PublicRoutes {
     const [path] = splitTarget(req.url ?? '/');
     if (path !== this.#options.runtime.current.config.metrics.path) {
       send(res, req.method === 'HEAD', 404, errorBody('E404'), []);
+      return;
+    }
+    if (!this.#scraperAllowed(req)) {
+      send(res, req.method === 'HEAD', 401, errorBody('E401'), []);
       return;
     }
     this.#metrics(req.method === 'HEAD', res).catch(() => res.destroy());
@@ -77,6 +88,18 @@ export class PublicRoutes {
       case 'metrics':
         return this.#metrics(head, res);
     }
+  }
+
+  /**
+   * `metrics.require_admin`: the exposition names every key id with its usage, so it may be kept
+   * to scrapers holding an admin key, sent the way Prometheus sends `authorization` credentials
+   * (`Authorization: Bearer`) or as the admin route takes it (`X-API-Key`).
+   */
+  #scraperAllowed(req: IncomingMessage): boolean {
+    const { config, adminKeys } = this.#options.runtime.current;
+    if (!config.metrics.require_admin) return true;
+    const bearer = BEARER.exec(req.headers.authorization ?? '')?.[1];
+    return adminKeys?.authenticate(req.headers['x-api-key'] ?? bearer) !== undefined;
   }
 
   async #metrics(head: boolean, res: ServerResponse): Promise<void> {

@@ -67,7 +67,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
       upstreamMs: undefined,
       upstreamCall: undefined,
       budget: undefined,
-      trace: tracing?.request(req, requestId),
+      trace: undefined,
     };
     try {
       const pending = serve(x);
@@ -82,7 +82,10 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     // not even which routes exist.
     const presented = x.req.headers['x-api-key'];
     const { keys, verifier } = deps.live.current;
-    const client = verifier === undefined ? keys.authenticate(presented, x.req.socket) : verifier.authenticate(presented);
+    const forwarded = verifier?.authenticate(presented);
+    const client = verifier === undefined ? keys.authenticate(presented, x.req.socket) : forwarded;
+    // Started after the key is checked: a caller's trace context counts for an accepted key only.
+    if (tracing !== undefined) x.trace = tracing.request(x.req, x.requestId, forwarded === undefined ? client !== undefined : verifier!.accepted(forwarded));
     if (client === undefined) return fail(x, 'E401');
     x.client = client;
 

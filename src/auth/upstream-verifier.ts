@@ -28,21 +28,22 @@ export function passThrough(client: Client | undefined): PassThroughClient | und
   return client !== undefined && 'digest' in client ? (client as PassThroughClient) : undefined;
 }
 
-interface Verdict {
-  readonly accepted: boolean;
-  readonly untilMs: number;
-}
-
 /**
  * What the provider last said about each forwarded key: accepted until `verify_ttl_seconds`
- * after its last successful call, rejected until `reject_ttl_seconds` after a 401. A key with no
- * verdict, or one past its time, is unknown. Only accepted keys may be answered from the cache;
- * every other request is its own upstream call, so the provider checks the key before perch
- * serves it anything. Verdicts live in this process only, at most `remembered_keys` of them
- * (least recently used dropped first), and a reload starts afresh.
+ * after its last answer for that key, rejected until `reject_ttl_seconds` after a 401. A key with
+ * no verdict, or one past its time, is unknown. Only accepted keys may be answered from the
+ * cache; every other request is its own upstream call, so the provider checks the key before
+ * perch serves it anything. Verdicts live in this process only, and a reload starts afresh.
+ *
+ * Accepted and rejected keys are kept apart, each at most `remembered_keys` (least recently used
+ * dropped first): a flood of made-up keys fills the rejected side only, and never pushes out a
+ * key the provider accepted.
  */
 export class UpstreamVerifier {
-  readonly #verdicts: LRUCache<string, Verdict>;
+  /** Key digest -> until when the provider's acceptance lets the cache answer it. */
+  readonly #accepted: LRUCache<string, number>;
+  /** Key digest -> until when it is answered 401 without a call. */
+  readonly #rejected: LRUCache<string, number>;
   /** Per key, the verifying call under way: later requests of that key wait for its verdict. */
   readonly #verifying = new Map<string, Promise<unknown>>();
   readonly #plan: string;
@@ -51,7 +52,8 @@ export class UpstreamVerifier {
   readonly #clock: Clock;
 
   constructor(auth: AuthConfig, clock: Clock) {
-    this.#verdicts = new LRUCache({ max: auth.remembered_keys });
+    this.#accepted = new LRUCache({ max: auth.remembered_keys });
+    this.#rejected = new LRUCache({ max: auth.remembered_keys });
     // Validation guarantees a default plan in mode upstream.
     this.#plan = auth.default_plan!;
     this.#verifyMs = auth.verify_ttl_seconds * 1000;
@@ -63,24 +65,31 @@ export class UpstreamVerifier {
   authenticate(presented: string | string[] | undefined): PassThroughClient | undefined {
     if (typeof presented !== 'string' || presented === '') return undefined;
     const digest = hash('sha256', presented, 'hex');
-    if (this.#verdict(digest)?.accepted === false) return undefined;
+    if (this.#holds(this.#rejected, digest)) return undefined;
     return { id: `client:${digest.slice(0, 16)}`, plan: this.#plan, metricsId: PASS_THROUGH_METRICS_ID, key: presented, digest };
   }
 
   /** Whether the provider accepted this key within `verify_ttl_seconds`: only then may the cache answer it. */
   accepted(client: PassThroughClient): boolean {
-    return this.#verdict(client.digest)?.accepted === true;
+    return this.#holds(this.#accepted, client.digest);
   }
 
   /**
-   * Records what the answer to a call made with this key says about the key: an answer about
-   * the request (found, not found) accepts it, a rejected credential (401, or 403 for `v1`)
-   * rejects it, and anything else (errors, 429s, refusals) says nothing.
+   * Records what the answer to a call made with this key says about the key. Only an answer the
+   * provider sent for it counts: a 2xx or a not found accepts the key, a rejected credential (401,
+   * or 403 for `v1`) rejects it. Everything else says nothing: errors, 429s, perch's refusals, and
+   * a not found perch made itself for a request the provider cannot match (`unasked`), which a
+   * made-up key could otherwise ask for to be accepted without the provider ever seeing it.
    */
   judge(client: PassThroughClient, result: UpstreamResult): void {
     const now = this.#clock.now();
-    if (result.kind === 'ok' || result.kind === 'not_found') this.#verdicts.set(client.digest, { accepted: true, untilMs: now + this.#verifyMs });
-    else if (result.kind === 'failed' && result.failure === 'unauthorized') this.#verdicts.set(client.digest, { accepted: false, untilMs: now + this.#rejectMs });
+    if (result.kind === 'ok' || (result.kind === 'not_found' && result.unasked !== true)) {
+      this.#rejected.delete(client.digest);
+      this.#accepted.set(client.digest, now + this.#verifyMs);
+    } else if (result.kind === 'failed' && result.failure === 'unauthorized') {
+      this.#accepted.delete(client.digest);
+      this.#rejected.set(client.digest, now + this.#rejectMs);
+    }
   }
 
   /**
@@ -92,7 +101,7 @@ export class UpstreamVerifier {
     const earlier = this.#verifying.get(client.digest);
     if (earlier !== undefined) {
       await earlier;
-      if (this.#verdict(client.digest)?.accepted === false) return undefined;
+      if (this.#holds(this.#rejected, client.digest)) return undefined;
     }
     const running = call();
     const settled = running.catch(() => undefined);
@@ -104,10 +113,17 @@ export class UpstreamVerifier {
     }
   }
 
-  #verdict(digest: string): Verdict | undefined {
-    const verdict = this.#verdicts.get(digest);
-    if (verdict === undefined || verdict.untilMs > this.#clock.now()) return verdict;
-    this.#verdicts.delete(digest);
-    return undefined;
+  /** Verdicts held now, of each kind: each at most `remembered_keys`, however many keys callers make up. */
+  held(): { readonly accepted: number; readonly rejected: number } {
+    return { accepted: this.#accepted.size, rejected: this.#rejected.size };
+  }
+
+  /** Whether `side` holds a verdict for `digest` that has not run out; one that has is dropped. */
+  #holds(side: LRUCache<string, number>, digest: string): boolean {
+    const untilMs = side.get(digest);
+    if (untilMs === undefined) return false;
+    if (untilMs > this.#clock.now()) return true;
+    side.delete(digest);
+    return false;
   }
 }

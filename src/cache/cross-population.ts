@@ -1,4 +1,4 @@
-import { PARAMETER_PATTERNS, type EndpointName, type EndpointRequest } from '../endpoints.js';
+import { canonicalParameter, PARAMETER_PATTERNS, type EndpointName, type EndpointRequest } from '../endpoints.js';
 
 /**
  * A user fetched by username is also the answer to the by-id route and the other way round, so
@@ -18,9 +18,10 @@ export function counterpart(endpoint: EndpointName, body: Buffer): EndpointReque
   const { id, username } = user as { id?: unknown; username?: unknown };
   if (endpoint === 'user_by_username') {
     if (typeof id !== 'string' || !PARAMETER_PATTERNS.user_id.test(id)) return undefined;
-    return { endpoint: 'user', params: { user_id: id }, path: `/v1/users/${id}` };
+    const canonical = canonicalParameter('user_id', id);
+    return { endpoint: 'user', params: { user_id: canonical }, path: `/v1/users/${canonical}` };
   }
   if (typeof username !== 'string' || !PARAMETER_PATTERNS.username.test(username)) return undefined;
-  const lower = username.toLowerCase();
+  const lower = canonicalParameter('username', username);
   return { endpoint: 'user_by_username', params: { username: lower }, path: `/v1/users/by/username/${lower}` };
 }

@@ -40,6 +40,11 @@ export interface ReadThroughDeps {
   readonly sharedFlights?: SharedFlights;
   readonly clock: Clock;
   readonly logger: Logger;
+  /**
+   * Pass-through auth: whether one more verifying call may go out now (undefined), or the
+   * seconds to wait. Every key the provider has not accepted yet shares it (`auth.verify_*`).
+   */
+  readonly verifyTurn?: () => Promise<number | undefined>;
 }
 
 /**
@@ -77,8 +82,10 @@ export interface Served {
  */
 interface Fetched extends UpstreamAnswer {
   readonly stored: boolean;
-  /** Absent when another instance fetched it and this one read the result from Redis. */
+  /** Absent when no upstream was asked: another instance fetched it, or pass-through turned the key away. */
   readonly upstream?: string;
+  /** Another instance fetched it, and this flight read the result from Redis. */
+  readonly viaRedis?: true;
   readonly upstreamMs?: number;
   /** Whether the provider was really called for it (an exchange, not only refusals). */
   readonly called?: boolean;
@@ -130,8 +137,7 @@ export class ReadThrough {
     const payer = this.#payerOf(client);
     const flight = this.#flights.run(pass === undefined ? request.path : `${pass.digest}\n${request.path}`, () => this.#fetchFor(request, pass, payer, trace));
     const fetched = await flight.promise;
-    // No upstream: another instance fetched it, and this flight read the result from Redis.
-    const viaRedis = fetched.upstream === undefined;
+    const viaRedis = fetched.viaRedis === true;
     const outcome = flight.leader && !viaRedis ? 'miss' : 'coalesced';
     return {
       outcome,
@@ -175,11 +181,16 @@ export class ReadThrough {
 
   /**
    * Pass-through auth: the call of a key the provider has not accepted lately is its own
-   * verifying call (upstream-verifier.ts), never another instance's result read from Redis.
+   * verifying call (upstream-verifier.ts), never another instance's result read from Redis, and
+   * waits for a turn that every such key shares: without one it is 429, and no call is made.
    */
   async #fetchFor(request: EndpointRequest, client: PassThroughClient | undefined, payer: Payer, trace: TraceSpan | undefined): Promise<Fetched> {
     if (client === undefined || this.#trusted(client)) return this.#fetchAndStore(request, client, payer, trace);
-    const verifying = this.#deps.live.current.verifier?.verifying(client, () => this.#fetchUpstream(request, payer, trace, client));
+    const verifying = this.#deps.live.current.verifier?.verifying(client, async (): Promise<Fetched> => {
+      const wait = await this.#deps.verifyTurn?.();
+      if (wait !== undefined) return { ...errorAnswer('E429'), retryAfterSeconds: wait, stored: false };
+      return this.#fetchUpstream(request, payer, trace, client);
+    });
     return (await verifying) ?? { ...errorAnswer('E401'), stored: false };
   }
 
@@ -191,7 +202,7 @@ export class ReadThrough {
   async #fetchAndStore(request: EndpointRequest, client: PassThroughClient | undefined, payer: Payer, trace: TraceSpan | undefined): Promise<Fetched> {
     const { sharedFlights } = this.#deps;
     const claim = sharedFlights === undefined ? undefined : await sharedFlights.claim(request.endpoint, request.path);
-    if (claim?.kind === 'entry') return { status: claim.entry.status, body: claim.entry.body, entry: claim.entry, stored: false };
+    if (claim?.kind === 'entry') return { status: claim.entry.status, body: claim.entry.body, entry: claim.entry, stored: false, viaRedis: true };
     let settled: Promise<void> | undefined;
     try {
       const fetched = await this.#fetchUpstream(request, payer, trace, client);

@@ -9,7 +9,7 @@ import { childPath, field, indexPath, isMapping, type Problems } from './schema-
 import type { AdminConfig, AuthConfig, Config, UpstreamConfig } from './types.js';
 
 /** Keys of `auth` that only mode `upstream` reads. */
-const UPSTREAM_ONLY = ['default_plan', 'verify_ttl_seconds', 'reject_ttl_seconds', 'remembered_keys'] as const;
+const UPSTREAM_ONLY = ['default_plan', 'verify_ttl_seconds', 'reject_ttl_seconds', 'remembered_keys', 'verify_rate_per_second', 'verify_burst'] as const;
 
 /** Paths perch answers itself besides metrics: metrics must not shadow one. */
 const RESERVED_PATHS = Object.keys(OPERATIONAL_PATHS);
@@ -42,6 +42,7 @@ export function applyRules(problems: Problems, file: FileConfig, raw: Record<str
   if (file.cache.redis !== undefined) checkRedis(problems, file.cache.redis, 'cache.redis');
   if (file.rate_limits_redis !== undefined) checkRedis(problems, file.rate_limits_redis, 'rate_limits_redis');
   checkMetricsPath(problems, file.metrics.path);
+  if (file.metrics.require_admin && file.admin === undefined) problems.add('metrics.require_admin', 'needs an admin section (its keys are what a scraper presents)');
   if (file.tracing !== undefined) checkTracing(problems, file.tracing);
 
   const { admin: _admin, ...sections } = file;

@@ -87,7 +87,26 @@ const auth = obj(
       "mode `upstream`: how long the provider's acceptance of a key lets the cache answer that key (1-86400); past it the key's next request is a real call",
     ),
     reject_ttl_seconds: ttl(60, 'mode `upstream`: how long a key the provider rejected is answered 401 without a call (1-86400)'),
-    remembered_keys: int({ min: 1, max: 10_000_000, default: 100_000, doc: 'mode `upstream`: verdicts kept, least recently used dropped first (1-10000000)' }),
+    remembered_keys: int({
+      min: 1,
+      max: 10_000_000,
+      default: 100_000,
+      doc: 'mode `upstream`: verdicts kept of each kind, accepted and rejected apart, least recently used dropped first (1-10000000)',
+    }),
+    verify_rate_per_second: num({
+      min: 0,
+      max: Number.MAX_VALUE,
+      aboveMin: true,
+      default: 1,
+      expected: 'a positive number',
+      doc: 'mode `upstream`: provider calls per second, across every key the provider has not accepted yet and every instance sharing the Redis, that may verify a key; past it such a key is 429 without a call (positive number)',
+    }),
+    verify_burst: int({
+      min: 1,
+      max: 1_000_000,
+      default: 20,
+      doc: 'mode `upstream`: verifying calls allowed at once on top of `verify_rate_per_second` (1-1000000)',
+    }),
   },
   { doc: 'who may call the API', required: true, missing: 'is required (auth.keys lists the client keys)' },
 );
@@ -238,6 +257,10 @@ const metrics = obj(
       readme: '-',
       doc: 'serve metrics only on their own plain-HTTP listener on this port (`server.host`), not on the API listener',
     }),
+    require_admin: bool({
+      default: false,
+      doc: 'answer metrics only to a scraper presenting an `admin.keys` key, as `Authorization: Bearer <key>` (Prometheus\'s `authorization`) or `X-API-Key`; other requests are 401 (see [Metrics](#metrics))',
+    }),
   },
   { doc: 'the Prometheus endpoint', section: true },
 );
@@ -270,6 +293,10 @@ const tracing = obj(
       doc: 'share of new traces recorded, 0-1; a request that arrives with a `traceparent` follows its caller\'s decision (see [Tracing](#tracing))',
     }),
     service_name: str({ default: 'perch', doc: 'the `service.name` of every span' }),
+    client_tracestate: bool({
+      default: false,
+      doc: "keep an accepted caller's `tracestate` in its trace, and so send it to every upstream with `propagate_trace`; `false`: dropped, so nothing of the client's request reaches a provider (see [Tracing](#tracing))",
+    }),
   },
   {
     doc: 'export spans over OTLP/HTTP (see [Tracing](#tracing)); absent: tracing is off unless `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set',

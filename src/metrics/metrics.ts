@@ -313,6 +313,26 @@ export class PerchMetrics implements UpstreamEvents {
   }
 
   /**
+   * Exports how many verdicts pass-through auth holds, accepted and rejected, read at scrape
+   * time; no series while `read` answers undefined (mode `keys`).
+   */
+  addPassThroughGauge(read: () => { readonly accepted: number; readonly rejected: number } | undefined): void {
+    new Gauge({
+      name: 'perch_pass_through_keys',
+      help: 'Forwarded keys (auth.mode: upstream) whose verdict this instance holds, by verdict; each side at most auth.remembered_keys.',
+      labelNames: ['verdict'],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        const held = read();
+        if (held === undefined) return;
+        this.set({ verdict: 'accepted' }, held.accepted);
+        this.set({ verdict: 'rejected' }, held.rejected);
+      },
+    });
+  }
+
+  /**
    * Registers a gauge read at scrape time, for state that lives elsewhere (e.g. whether Redis is
    * connected), so the metric is always the state itself and never a copy that can go stale.
    */

@@ -1,6 +1,6 @@
 import type { Client } from '../auth/key-store.js';
 import type { Clock } from '../clock.js';
-import type { Config, RateLimitPlan } from '../config/types.js';
+import type { AuthConfig, Config, RateLimitPlan } from '../config/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { RedisConnection } from '../redis/guarded-redis.js';
 import { InsuredLimiter } from './insured-limiter.js';
@@ -8,6 +8,12 @@ import { LeasedLimiter } from './leased-limiter.js';
 import { MemoryLimiter } from './memory-limiter.js';
 import { RedisLimiter } from './redis-limiter.js';
 import { compilePlan, type BucketLimiter, type Plan, type Verdict } from './token-bucket.js';
+
+/**
+ * The bucket every pass-through key the provider has not accepted yet shares. No key's id can be
+ * it: configured ids have no colon, and a forwarded key's id is `client:` and hex digits.
+ */
+const UNVERIFIED_ID = 'perch:unverified';
 
 /**
  * The per-key token buckets of one perch instance. Buckets live in memory when no Redis is
@@ -19,6 +25,8 @@ export class RateLimits {
    * compiled on first use, and each plan is compiled once, not per request.
    */
   readonly #plans = new WeakMap<RateLimitPlan, Plan>();
+  /** The verification bucket's plan, per (frozen) `auth` section. */
+  readonly #verification = new WeakMap<AuthConfig, Plan>();
   readonly #limiter: BucketLimiter;
   /** `server.*` takes a restart, so the dialects of the first config hold for every plan. */
   readonly #headers: Parameters<typeof compilePlan>[2];
@@ -59,5 +67,21 @@ export class RateLimits {
    */
   take(client: Client, plan: Plan, cost: 0 | 1): Verdict | Promise<Verdict> {
     return this.#limiter.take(client.id, plan, cost);
+  }
+
+  /**
+   * Takes a token for one verifying call of pass-through auth: every key the provider has not
+   * accepted yet shares one bucket (`auth.verify_rate_per_second`, `auth.verify_burst`), in Redis
+   * across the fleet like any key's, so a flood of made-up keys costs the provider a fixed rate of
+   * calls whatever the number of keys.
+   */
+  takeVerification(config: Config): Verdict | Promise<Verdict> {
+    const { auth } = config;
+    let plan = this.#verification.get(auth);
+    if (plan === undefined) {
+      plan = compilePlan('verify', { capacity: auth.verify_burst, refill_per_second: auth.verify_rate_per_second, cost_of_hit: 1, provider_weight: 1 }, this.#headers);
+      this.#verification.set(auth, plan);
+    }
+    return this.#limiter.take(UNVERIFIED_ID, plan, 1);
   }
 }

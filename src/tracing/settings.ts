@@ -7,6 +7,8 @@ export interface TracingSettings {
   readonly headers: Readonly<Record<string, string>>;
   readonly sampleRatio: number;
   readonly serviceName: string;
+  /** Whether a caller's `tracestate` is kept in its trace, and so sent on to upstreams (`tracing.client_tracestate`). */
+  readonly clientTracestate: boolean;
 }
 
 /**
@@ -18,7 +20,7 @@ export interface TracingSettings {
  */
 export function tracingSettings(config: TracingConfig | undefined, env: NodeJS.ProcessEnv): TracingSettings | undefined {
   if (config !== undefined) {
-    return { url: tracesUrl(config.endpoint), headers: config.headers ?? {}, sampleRatio: config.sample_ratio, serviceName: config.service_name };
+    return { url: tracesUrl(config.endpoint), headers: config.headers ?? {}, sampleRatio: config.sample_ratio, serviceName: config.service_name, clientTracestate: config.client_tracestate };
   }
   if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === 'true') return undefined;
   const full = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT?.trim();
@@ -30,6 +32,7 @@ export function tracingSettings(config: TracingConfig | undefined, env: NodeJS.P
     headers: { ...keyValues(env.OTEL_EXPORTER_OTLP_HEADERS), ...keyValues(env.OTEL_EXPORTER_OTLP_TRACES_HEADERS) },
     sampleRatio: sampleRatio(env.OTEL_TRACES_SAMPLER, env.OTEL_TRACES_SAMPLER_ARG),
     serviceName: env.OTEL_SERVICE_NAME?.trim() || 'perch',
+    clientTracestate: false,
   };
 }
 

@@ -29,8 +29,12 @@ import { TraceSpan } from './trace-span.js';
 
 /** Tracing for one instance: a server span per API request, exported in batches over OTLP/HTTP. */
 export interface Tracing {
-  /** The request's server span, continuing the caller's trace when it sent a valid `traceparent`. */
-  request(req: IncomingMessage, requestId: string): TraceSpan;
+  /**
+   * The request's server span. `trusted`: the caller's key was accepted, so a valid `traceparent`
+   * it sent is continued (its sampling decision followed); an unknown caller's is ignored, so it
+   * can neither force spans to be recorded nor join perch's spans to a trace of its choosing.
+   */
+  request(req: IncomingMessage, requestId: string, trusted: boolean): TraceSpan;
   /** Exports what is buffered and stops; the caller bounds the wait (`shutdown_grace_ms`). */
   close(): Promise<void>;
 }
@@ -98,12 +102,15 @@ export function createTracing(settings: TracingSettings, options: TracingOptions
   const propagator = new W3CTraceContextPropagator();
 
   return {
-    request(req, requestId) {
+    request(req, requestId, trusted) {
       const name = req.method ?? 'HTTP';
-      const parent = req.headers.traceparent === undefined ? undefined : propagator.extract(ROOT_CONTEXT, req.headers, defaultTextMapGetter);
+      const parent = trusted && req.headers.traceparent !== undefined ? trace.getSpanContext(propagator.extract(ROOT_CONTEXT, req.headers, defaultTextMapGetter)) : undefined;
       let span: Span;
-      if (parent !== undefined && trace.getSpanContext(parent) !== undefined) {
-        span = tracer.startSpan(name, { kind: SpanKind.SERVER }, parent);
+      if (parent !== undefined) {
+        // The caller's `tracestate` is its vendors' data: kept only when the operator says so,
+        // since every upstream that propagates the trace would receive it.
+        const context = settings.clientTracestate || parent.traceState === undefined ? parent : { ...parent, traceState: undefined };
+        span = tracer.startSpan(name, { kind: SpanKind.SERVER }, trace.setSpanContext(ROOT_CONTEXT, context));
       } else if (random() < settings.sampleRatio) {
         span = tracer.startSpan(name, { kind: SpanKind.SERVER }, ROOT_CONTEXT);
       } else {

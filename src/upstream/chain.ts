@@ -12,6 +12,7 @@ import { createFixtureUpstream } from './fixture/fixture-upstream.js';
 import { createGuard } from './guard.js';
 import { ANY, type ProviderState, type StopState } from './guard/provider-state.js';
 import { forwardClientKey } from './client-key.js';
+import { answerKnown } from './known-answer.js';
 import { createRetry } from './retry.js';
 import { createThrottle } from './throttle.js';
 import { traceAttempts } from './trace-attempt.js';
@@ -51,15 +52,16 @@ export interface ChainOptions {
 }
 
 /**
- * The layers of an upstream, outermost first: client key (pass-through auth only) -> breaker ->
- * throttle -> retry -> credential pool -> budget -> guard -> attempt span -> the provider's
- * dialect (`v1` or `x_v2`: the layers are the same). The guard sits closest to the wire because every real call,
- * retries and credential switches included, must pass the cap and the provider's stops; the
- * budget sits on it so that every real call, and only a real call, counts against the paying
- * key's `provider_calls`. The breaker sits outermost so that an upstream known to be down costs
- * nothing at all, and the throttle under it so that its probe is never shed, and above the
- * retries so that a shed request is not retried. The fixture needs none of it: it is code in
- * this process, with no account to protect.
+ * The layers of an upstream, outermost first: known answers -> client key (pass-through auth
+ * only) -> breaker -> throttle -> retry -> credential pool -> budget -> guard -> attempt span ->
+ * the provider's dialect (`v1` or `x_v2`: the layers are the same). The guard sits closest to the
+ * wire because every real call, retries and credential switches included, must pass the cap and
+ * the provider's stops; the budget sits on it so that every real call, and only a real call,
+ * counts against the paying key's `provider_calls`. A request the provider cannot match is
+ * answered above everything, as it is no call at all. The breaker sits next so that an upstream
+ * known to be down costs nothing, and the throttle under it so that its probe is never shed, and
+ * above the retries so that a shed request is not retried. The fixture needs none of it: it is
+ * code in this process, with no account to protect.
  */
 export function buildUpstream(name: string, config: UpstreamConfig, options: ChainOptions): BuiltUpstream {
   if (config.kind === 'fixture') {
@@ -96,7 +98,7 @@ export function buildUpstream(name: string, config: UpstreamConfig, options: Cha
   for (const credential of config.credentials) events.credentialState(name, credential.id, 'active');
   events.breakerState(name, 'closed');
   const guard = createGuard({ upstream: name, config, state, clock, timers, events });
-  const call = compose([forwardClientKey(config.kind), breaker.layer, throttle.layer, createRetry({ upstream: name, config, clock, timers, events }), pool.layer, createBudget({ upstream: name, state, clock, events, book: options.budgets }), guard.layer, traceAttempts({ upstream: name, url: config.url, propagate: config.propagate_trace })], provider.call);
+  const call = compose([answerKnown(provider.known), forwardClientKey(config.kind), breaker.layer, throttle.layer, createRetry({ upstream: name, config, clock, timers, events }), pool.layer, createBudget({ upstream: name, state, clock, events, book: options.budgets }), guard.layer, traceAttempts({ upstream: name, url: config.url, propagate: config.propagate_trace })], provider.call);
 
   function status(): UpstreamStatus {
     const credentials = pool.standing();

@@ -26,7 +26,8 @@ export interface Dialect {
   path(request: EndpointRequest): string;
   /**
    * The answer to a request the provider is known to refuse, without calling it: a parameter
-   * perch accepts but the provider's own rules cannot match. Undefined: make the call.
+   * perch accepts but the provider's own rules cannot match. Undefined: make the call. Answered
+   * above every layer (known-answer.ts), never here.
    */
   known?(request: EndpointRequest): UpstreamResult | undefined;
   /**
@@ -58,8 +59,6 @@ export function createHttpProvider(name: string, config: V1UpstreamConfig | XV2U
 
   async function call(attempt: Attempt): Promise<UpstreamResult> {
     const { request, credential } = attempt;
-    const known = dialect.known?.(request);
-    if (known !== undefined) return known;
     const timeoutMs = Math.min(config.timeout_ms, Math.max(1, Math.floor(attempt.deadline - performance.now())));
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), timeoutMs);
@@ -80,7 +79,7 @@ export function createHttpProvider(name: string, config: V1UpstreamConfig | XV2U
     }
   }
 
-  return { name, call, close: () => dispatcher.close() };
+  return { name, call, close: () => dispatcher.close(), ...(dialect.known === undefined ? {} : { known: (request: EndpointRequest) => dialect.known!(request) }) };
 }
 
 async function classify(

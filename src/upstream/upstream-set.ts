@@ -8,7 +8,7 @@ import { buildUpstream, type BuiltUpstream, type UpstreamStatus } from './chain.
 import type { BudgetBook } from './budget-book.js';
 import type { UpstreamSetEvents } from './events.js';
 import type { ProviderState } from './guard/provider-state.js';
-import { isWaitRefusal, type Attempt, type UpstreamResult } from './upstream.js';
+import { isWaitRefusal, wasCalled, type Attempt, type UpstreamResult } from './upstream.js';
 
 /** The answer that decided a request, with who gave it and how long the exchange took. */
 export interface RoutedResult {
@@ -85,10 +85,10 @@ export class UpstreamSet {
           ...(trace === undefined ? {} : { trace }),
         };
         const result = await this.#upstreams.get(name)!.call(attempt);
-        // A refusal is the one result no call came before: every other kind is a provider's answer.
-        called ||= result.kind !== 'refused';
+        const exchanged = wasCalled(result);
+        called ||= exchanged;
         const routed = { result, upstream: name, ms: performance.now() - started, called };
-        if (result.kind !== 'refused') this.#metrics?.upstream(name, request.endpoint, result, routed.ms / 1000);
+        if (exchanged) this.#metrics?.upstream(name, request.endpoint, result, routed.ms / 1000);
         decided = better(decided, routed);
         // A client's key the provider rejected is the client's answer: the next upstream would not
         // take it either, and trying costs a call.

@@ -46,8 +46,12 @@ export type RateLimitCause = 'status_429' | 'status_503' | 'usage_capped';
 export type UpstreamResult = (
   /** 2xx with a JSON body of the endpoint's shape; `body` is the exact bytes received (for `x_v2`, the v1 body mapped from them). */
   | { readonly kind: 'ok'; readonly body: Buffer }
-  /** The user or tweet does not exist (upstream 404). Cacheable. */
-  | { readonly kind: 'not_found' }
+  /**
+   * The user or tweet does not exist (upstream 404). Cacheable. `unasked`: perch answered it
+   * without a call, because the provider's own rules cannot match the request (known-answer.ts);
+   * it is then no exchange, and says nothing about the credential or the key that asked.
+   */
+  | { readonly kind: 'not_found'; readonly unasked?: true }
   /** The upstream rejected the request's cursor (upstream 400 on a request with a cursor). */
   | { readonly kind: 'bad_request'; readonly reason: string }
   /**
@@ -136,12 +140,25 @@ export function compose(layers: readonly Layer[], call: Call): Call {
   return layers.reduceRight((next, layer) => layer(next), call);
 }
 
+/**
+ * Whether a call went out for this result: every kind but a refusal and an answer perch made
+ * itself. Only these count as exchanges with the provider, in metrics and in what a miss paid.
+ */
+export function wasCalled(result: UpstreamResult): boolean {
+  return result.kind !== 'refused' && !(result.kind === 'not_found' && result.unasked === true);
+}
+
 /** The innermost layer of an upstream: the provider's own dialect over the wire. */
 export interface Provider {
   /** The name under `upstreams` in the config. */
   readonly name: string;
   /** Never rejects: every failure is a result. */
   readonly call: Call;
+  /**
+   * The answer to a request the provider is known to refuse, made without calling it (marked
+   * `unasked`); undefined: the request goes down the layers. See known-answer.ts.
+   */
+  readonly known?: (request: EndpointRequest) => UpstreamResult | undefined;
   /** Releases connections; pending calls settle. */
   close(): Promise<void>;
 }

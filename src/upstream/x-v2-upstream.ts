@@ -44,7 +44,7 @@ const X_V2_DIALECT: Dialect = {
   known({ params }) {
     const { user_id: userId, tweet_id: tweetId, username } = params;
     const fits = (value: string | undefined, rule: RegExp) => value === undefined || rule.test(value);
-    return fits(userId, X_ID) && fits(tweetId, X_ID) && fits(username, X_USERNAME) ? undefined : { kind: 'not_found' };
+    return fits(userId, X_ID) && fits(tweetId, X_ID) && fits(username, X_USERNAME) ? undefined : { kind: 'not_found', unasked: true };
   },
   // X's 403 is about the endpoint, not the token: an endpoint outside the app's plan (following,
   // on some plans) answers 403 while every other endpoint still serves that same token.
