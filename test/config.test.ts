@@ -108,7 +108,7 @@ describe('parseConfig: defaults and valid files', () => {
         compression: { brotli: true, gzip: true, min_bytes: 1024 },
         stale_seconds: 600,
       },
-      metrics: { path: '/metrics' },
+      metrics: { path: '/metrics', require_admin: false },
       log: { level: 'info', time: 'epoch_ms', level_format: 'number' },
     });
   });
