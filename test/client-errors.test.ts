@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { KEY, startPerch, testConfig, v1 } from './helpers/perch.js';
+import { KEY, startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { assertClosingError, onlyResponse, parseResponses, rawExchange, rawGet } from './helpers/raw-http.js';
 import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
 
@@ -51,6 +51,26 @@ test('a broken chunked body before any answer is 400 E400; after a sent answer t
   const responses = parseResponses(answered.text);
   assert.equal(responses.length, 1, answered.text);
   assert.equal(responses[0]!.status, 401);
+});
+
+test('a malformed request pipelined behind a miss is answered after it, never ahead of it', T, async (t) => {
+  const held: (() => void)[] = [];
+  const upstream = await startUpstream(t, (req, res) => held.push(() => sampleProvider(req, res)));
+  const perch = await startPerch(t, testConfig(v1('slow', upstream.url)));
+  const port = Number(new URL(perch.url).port);
+  const exchange = rawExchange(port, rawGet('/v1/users/7', KEY) + MALFORMED['an invalid method token']!);
+  await waitFor(() => upstream.requests.length === 1);
+  held.shift()!();
+  const result = await exchange;
+  assert.equal(result.ending, 'closed');
+  const responses = parseResponses(result.text);
+  assert.deepEqual(
+    responses.map((r) => r.status),
+    [200, 400],
+    result.text,
+  );
+  assert.equal(responses[0]!.headers['cache-status']?.includes('fwd=miss'), true, 'the first answer is the miss\'s');
+  assertClosingError(responses[1]!, 400, 'E400');
 });
 
 for (const expect of ['101-continue', 'x-custom', '100-continu', 'gzip']) {
