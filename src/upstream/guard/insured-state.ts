@@ -193,6 +193,13 @@ export class InsuredProviderState implements ProviderState {
       if (leaseEnd !== undefined) {
         let unreleased = this.#unreleased.get(upstream);
         if (unreleased === undefined) this.#unreleased.set(upstream, (unreleased = new Map()));
+        // Leases end in about the order they were taken: through a long outage this keeps only
+        // those that could still hold a slot.
+        const now = this.#now();
+        for (const [id, end] of unreleased) {
+          if (end > now) break;
+          unreleased.delete(id);
+        }
         unreleased.set(leaseId, leaseEnd);
       }
       this.#diverge(upstream);
