@@ -1,6 +1,10 @@
 import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { test } from 'node:test';
-import { KEY, startPerch, testConfig, v1 } from './helpers/perch.js';
+import { KEY, startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
+import { spawnPerch } from './helpers/perch-process.js';
+import { tempDir } from './helpers/temp-dir.js';
 import { assertClosingError, onlyResponse, parseResponses, rawExchange, rawGet } from './helpers/raw-http.js';
 import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
 
@@ -51,6 +55,47 @@ test('a broken chunked body before any answer is 400 E400; after a sent answer t
   const responses = parseResponses(answered.text);
   assert.equal(responses.length, 1, answered.text);
   assert.equal(responses[0]!.status, 401);
+});
+
+test('a malformed request pipelined behind a miss is answered after it, never ahead of it', T, async (t) => {
+  const held: (() => void)[] = [];
+  const upstream = await startUpstream(t, (req, res) => held.push(() => sampleProvider(req, res)));
+  const perch = await startPerch(t, testConfig(v1('slow', upstream.url)));
+  const port = Number(new URL(perch.url).port);
+  const exchange = rawExchange(port, rawGet('/v1/users/7', KEY) + MALFORMED['an invalid method token']!);
+  await waitFor(() => upstream.requests.length === 1);
+  held.shift()!();
+  const result = await exchange;
+  assert.equal(result.ending, 'closed');
+  const responses = parseResponses(result.text);
+  assert.deepEqual(
+    responses.map((r) => r.status),
+    [200, 400],
+    result.text,
+  );
+  assert.equal(responses[0]!.headers['cache-status']?.includes('fwd=miss'), true, 'the first answer is the miss\'s');
+  assertClosingError(responses[1]!, 400, 'E400');
+});
+
+test('a malformed request pipelined behind a miss that a shutdown answers last is never answered: the connection closes after the miss', T, async (t) => {
+  const held: (() => void)[] = [];
+  const upstream = await startUpstream(t, (req, res) => held.push(() => sampleProvider(req, res)));
+  const path = join(tempDir(t, 'perch-client-errors-'), 'perch.yaml');
+  writeFileSync(path, testConfig(v1('slow', upstream.url)).replace('port: 0 }', 'port: 0, shutdown_grace_ms: 60000 }'));
+  const perch = await spawnPerch(t, path);
+  const exchange = rawExchange(Number(new URL(perch.url).port), rawGet('/v1/users/7', KEY) + MALFORMED['an invalid method token']!);
+  await waitFor(() => upstream.requests.length === 1);
+  perch.process.kill('SIGTERM');
+  await waitFor(() => perch.stdout().includes('perch stopping'));
+  held.shift()!();
+  const result = await exchange;
+  assert.equal(result.ending, 'closed');
+  const responses = parseResponses(result.text);
+  assert.deepEqual(
+    responses.map((r) => [r.status, r.headers.connection]),
+    [[200, 'close']],
+    result.text,
+  );
 });
 
 for (const expect of ['101-continue', 'x-custom', '100-continu', 'gzip']) {

@@ -1,8 +1,12 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { Redis } from 'ioredis';
-import { ANY, type Admission } from '../src/upstream/guard/provider-state.js';
+import { NodeBreakers } from '../src/redis/node-breakers.js';
+import { InsuredProviderState } from '../src/upstream/guard/insured-state.js';
+import { MemoryProviderState } from '../src/upstream/guard/memory-state.js';
+import { ANY, type Admission, type AdmitQuery, type SpendQuery } from '../src/upstream/guard/provider-state.js';
 import { RedisProviderState } from '../src/upstream/guard/redis-state.js';
+import { captureLogs } from './helpers/log-capture.js';
 import { ManualClock } from './helpers/clock.js';
 import { startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
@@ -95,15 +99,17 @@ test('in Redis too, calls that waited for the window saved no burst: once it mov
 test('while Redis is unreachable each instance keeps only its redis_down_share of the cap', { timeout: 20_000 }, async (t) => {
   const redis = await startRedis(t);
   const upstream = await startUpstream(t, sampleProvider);
-  const perch = await instance(t, redis, upstream, 'max_requests_per_second: 4, redis_down_share: 0.5, queue_timeout_ms: 0');
+  // The clock stands still: every call is in the same window.
+  const perch = await instance(t, redis, upstream, 'max_requests_per_second: 4, redis_down_share: 0.5, queue_timeout_ms: 0', new ManualClock());
   assert.equal((await perch.request('/v1/users/0')).status, 200);
   await redis.kill();
   const results = await Promise.all(Array.from({ length: 6 }, (_, i) => perch.request(`/v1/users/${i + 1}`)));
+  // A share of 2 calls a second, one of them already spent through Redis.
   assert.deepEqual(
     results.map((r) => r.status).sort(),
-    [200, 200, 429, 429, 429, 429],
+    [200, 429, 429, 429, 429, 429],
   );
-  assert.equal(upstream.requests.length, 3);
+  assert.equal(upstream.requests.length, 2);
   assert.equal(perch.logs.lines().filter((l) => String(l.msg).startsWith('provider guard: Redis failed')).length, 1);
 });
 
@@ -149,4 +155,164 @@ test('a stop this instance learned holds at once, without asking Redis (here fro
   assert.deepEqual([refused.status, upstream.requests.length], [429, 1]);
   // Asking the frozen Redis would have cost the whole command timeout (2000 ms) first.
   assert.ok(ms < 1000, `answered after ${ms.toFixed(0)} ms`);
+});
+
+/** `count` misses, one after another, spread round robin over `instances`; their statuses. */
+async function misses(instances: readonly { request(path: string): Promise<{ status: number }> }[], from: number, count: number): Promise<number[]> {
+  const statuses: number[] = [];
+  for (let i = 0; i < count; i++) statuses.push((await instances[i % instances.length]!.request(`/v1/users/${from + i}`)).status);
+  return statuses;
+}
+
+const QUOTA = 'quota: { requests: 10, per_seconds: 120 }, queue_timeout_ms: 0';
+
+test('across a Redis outage the quota holds with one instance: calls Redis admitted count in its fallback', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const perch = await instance(t, redis, upstream, QUOTA);
+  assert.deepEqual(await misses([perch], 1, 8), Array<number>(8).fill(200));
+  await redis.kill();
+  const during = await misses([perch], 100, 20);
+  assert.deepEqual([during.filter((s) => s === 200).length, upstream.requests.length], [2, 10]);
+});
+
+test('across a Redis outage the quota holds with two instances of redis_down_share 0.5', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const extra = `${QUOTA}, redis_down_share: 0.5`;
+  const a = await instance(t, redis, upstream, extra);
+  const b = await instance(t, redis, upstream, extra);
+  assert.deepEqual(await misses([a, b], 1, 8), Array<number>(8).fill(200));
+  await redis.kill();
+  const during = await misses([a, b], 100, 20);
+  // Each had spent 4 of its share of 5 through Redis: one more each.
+  assert.deepEqual([during.filter((s) => s === 200).length, upstream.requests.length], [2, 10]);
+});
+
+test('a Redis that restarted empty gets back the calls each instance counted, before the fleet spends them again', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const a = await instance(t, redis, upstream, QUOTA);
+  const b = await instance(t, redis, upstream, QUOTA);
+  assert.deepEqual(await misses([a], 1, 4), Array<number>(4).fill(200));
+  await redis.kill();
+  assert.deepEqual(await misses([a], 100, 3), [200, 200, 200]);
+  await redis.restart();
+  const inspector = new Redis(redis.url);
+  onCleanup(t, () => inspector.disconnect());
+  // A writes back as soon as its connection is ready: 4 admitted by Redis, 3 by itself.
+  await waitFor(async () => (await inspector.zcard('perch:{up:main}:quota')) === 7);
+  const after = await misses([b], 200, 5);
+  assert.deepEqual(after, [200, 200, 200, 429, 429]);
+  assert.equal(upstream.requests.length, 10);
+});
+
+test('after an outage a call admitted from memory holds its max_concurrent slot in Redis, until its answer releases it', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const held: (() => void)[] = [];
+  const upstream = await startUpstream(t, (req, res) => held.push(() => sampleProvider(req, res)));
+  const extra = 'max_concurrent: 1, queue_timeout_ms: 0, timeout_ms: 30000';
+  const a = await instance(t, redis, upstream, extra);
+  const b = await instance(t, redis, upstream, extra);
+  await redis.kill();
+  const first = a.request('/v1/users/1');
+  await waitFor(() => upstream.requests.length === 1);
+  await redis.restart();
+  const inspector = new Redis(redis.url);
+  onCleanup(t, () => inspector.disconnect());
+  await waitFor(async () => (await inspector.zcard('perch:{up:main}:leases')) === 1);
+  assert.equal((await b.request('/v1/users/2')).status, 429, 'the one slot is A\'s call, in flight');
+  held.shift()!();
+  assert.equal((await first).status, 200);
+  await waitFor(async () => (await inspector.zcard('perch:{up:main}:leases')) === 0);
+  upstream.behaviour = sampleProvider;
+  assert.equal((await b.request('/v1/users/3')).status, 200);
+});
+
+/** The guard's state as perch builds it (Redis insured by memory), on `clock`, with its parts. */
+function insuredState(t: TestContext, redis: TestRedis, clock: ManualClock) {
+  // As perch's own client (redis-client.ts): no offline queue, no retries; a short timeout.
+  const client = new Redis(redis.url, { enableOfflineQueue: false, maxRetriesPerRequest: 0, commandTimeout: 200, retryStrategy: () => 50 });
+  client.on('error', () => {});
+  onCleanup(t, () => client.disconnect());
+  const logs = captureLogs();
+  const breakers = new NodeBreakers(client, { clock, logger: logs.logger, name: 'provider guard redis' });
+  const shared = new RedisProviderState(client, { prefix: 'perch:', now: () => clock.now(), commandTimeoutMs: 200 });
+  const memory = new MemoryProviderState(clock);
+  const state = new InsuredProviderState(shared, memory, breakers, logs.logger, clock);
+  return { client, memory, state, breaker: breakers.for(shared.upstreamKey('main')), ready: () => waitFor(() => client.status === 'ready') };
+}
+
+const ONE_AT_A_TIME = { maxConcurrent: 1 };
+let leases = 0;
+function oneAtATime(leaseId = `lease${++leases}`): AdmitQuery {
+  return { upstream: 'main', scope: ANY, candidates: ['a'], cap: ONE_AT_A_TIME, localCap: ONE_AT_A_TIME, leaseId, leaseMs: 60_000, payer: { id: 'k', weight: 1, label: 'k' } };
+}
+
+/** Five admissions time out against the frozen Redis: its breaker opens. */
+async function openBreaker(redis: TestRedis, state: InsuredProviderState): Promise<void> {
+  redis.freeze();
+  for (let i = 0; i < 5; i++) assert.equal((await state.admit(oneAtATime())).kind, 'over_cap', 'memory recorded the call Redis admitted');
+  redis.thaw();
+}
+
+test('a lease answered while Redis\'s breaker is open is released by the write-back, before Redis admits for this instance again', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  onCleanup(t, () => redis.thaw());
+  const clock = new ManualClock();
+  const { client, state, breaker, ready } = insuredState(t, redis, clock);
+  await ready();
+  const first = oneAtATime('first');
+  assert.equal((await state.admit(first)).kind, 'admitted');
+  await openBreaker(redis, state);
+  assert.equal(breaker.state, 'open');
+  state.finish('main', 'first');
+  clock.advance(2000);
+  const next = oneAtATime('next');
+  assert.equal((await state.admit(next)).kind, 'admitted', 'the probe');
+  assert.deepEqual(await client.zrange('perch:{up:main}:leases', '0', '-1'), ['next']);
+});
+
+test('a lease answered while Redis\'s breaker is half-open is released in Redis at once', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  onCleanup(t, () => redis.thaw());
+  const clock = new ManualClock();
+  const { client, state, breaker, ready } = insuredState(t, redis, clock);
+  await ready();
+  assert.equal((await state.admit(oneAtATime('first'))).kind, 'admitted');
+  await openBreaker(redis, state);
+  clock.advance(2000);
+  // Another caller's probe (the throttle's exchange) is on its way: the breaker is half-open.
+  const probe = state.exchange({ upstream: 'main', slice: 0, slices: 10, sliceMs: 1000, epoch: 0, reset: false, deltas: [] });
+  assert.equal(breaker.state, 'half_open');
+  state.finish('main', 'first');
+  await probe;
+  await client.ping();
+  assert.deepEqual(await client.zrange('perch:{up:main}:leases', '0', '-1'), []);
+});
+
+test('a refund goes back to the side that charged the call: Redis, or this instance\'s memory', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const clock = new ManualClock();
+  const { client, memory, state, ready } = insuredState(t, redis, clock);
+  await ready();
+  const query: SpendQuery = { keyId: 'k', startMs: 0, endMs: 3_600_000, limit: 5 };
+  const key = 'perch:budget:{k}:0';
+  const inRedis = await state.spend(query);
+  await redis.kill();
+  const inMemory = await state.spend(query);
+  assert.deepEqual([inRedis.charged, inMemory.charged], ['shared', 'local']);
+  await redis.restart();
+  await ready();
+  await client.set(key, '1');
+  state.refund(query, inRedis);
+  await client.ping();
+  assert.equal(await client.get(key), '0');
+  const one: SpendQuery = { ...query, limit: 1 };
+  assert.deepEqual(memory.spend(one), { allowed: false, used: 1 }, 'memory keeps the call it charged');
+  await client.set(key, '1');
+  state.refund(query, inMemory);
+  await client.ping();
+  assert.equal(await client.get(key), '1', 'Redis never charged it');
+  assert.deepEqual(memory.spend(one), { allowed: true, used: 1 }, 'memory had it back');
 });

@@ -178,3 +178,30 @@ test('redis_down_share scales every part of the cap', { timeout: 5000 }, () => {
   const cap = compileCap({ ...PROTECTION, max_requests_per_second: 10, burst: 10, max_concurrent: 8, quota: { requests: 900, per_seconds: 900 } }, 0.5);
   assert.deepEqual(cap, { rate: { perSecond: 5, burst: 5, windowLimit: 5, windowMs: 1000 }, quota: { requests: 450, windowMs: 900_000 }, maxConcurrent: 4 });
 });
+
+test('calls the shared state admitted count in memory too, and leave it once their window has passed', { timeout: 5000 }, () => {
+  const clock = new ManualClock();
+  const state = new MemoryProviderState(clock);
+  const cap: CallCap = { quota: { requests: 3, windowMs: 1000 }, maxConcurrent: 5 };
+  const t0 = clock.now();
+  const recorded = [query(cap), query(cap), query(cap)];
+  for (const q of recorded) state.record(q);
+  state.finish('main', recorded[0]!.leaseId);
+  assert.equal(state.admit(query(cap)).kind, 'over_cap', 'the fallback starts from the three recorded calls');
+  assert.deepEqual(
+    state.held('main').map((call) => [call.quota! - t0, call.lease === undefined ? undefined : call.lease - t0]),
+    [
+      [0, undefined],
+      [6000, 6000],
+      [6000, 6000],
+    ],
+  );
+  for (const q of recorded.slice(1)) state.finish('main', q.leaseId);
+  clock.advance(1000 + G);
+  state.record(query(cap));
+  assert.deepEqual(
+    state.held('main').map((call) => call.quota! - t0),
+    [1000 + G + 6000],
+    'a busy cap served from Redis keeps no more here than its window holds',
+  );
+});

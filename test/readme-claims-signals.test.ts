@@ -1,15 +1,17 @@
 // README claims about signals, each held against a real `perch` process (dist/src/main.js):
 // a second stop signal, and what a SIGHUP re-reads and applies.
 import assert from 'node:assert/strict';
-import { writeFileSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { closeSync, constants, openSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { ADMIN_KEY } from './helpers/admin.js';
 import { KEY, OTHER_KEY, testConfig, v1, waitFor } from './helpers/perch.js';
-import { spawnPerch, within } from './helpers/perch-process.js';
+import { onCleanup } from './helpers/cleanup.js';
+import { MAIN, spawnPerch, within } from './helpers/perch-process.js';
 import { rawExchange } from './helpers/raw-http.js';
 import { tempDir } from './helpers/temp-dir.js';
-import { startUpstream } from './helpers/upstream-server.js';
+import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
 
 const T = { timeout: 30_000 };
 
@@ -57,6 +59,72 @@ for (const [first, second] of [
     assert.equal(count(perch.stdout(), 'perch stopped'), 0, 'it did not wait for the drain');
   });
 }
+
+// README, Signals: "... within half a second without them when stdout does not take them."
+test('a second stop signal ends perch within a second while stdout takes nothing (a stalled pipe)', T, async (t) => {
+  const upstream = await startUpstream(t, sampleProvider);
+  const dir = tempDir(t, 'perch-claims-');
+  const path = join(dir, 'perch.yaml');
+  writeFileSync(path, testConfig(v1('main', upstream.url)));
+  const fifo = join(dir, 'stdout');
+  execFileSync('mkfifo', [fifo]);
+  // The read end is open, so the write end opens, and never read: the pipe fills and stays full.
+  const reader = openSync(fifo, constants.O_RDONLY | constants.O_NONBLOCK);
+  onCleanup(t, () => closeSync(reader));
+  const writer = openSync(fifo, 'w');
+  const child = spawn(process.execPath, [MAIN, '--config', path], { env: { PATH: process.env.PATH }, stdio: ['ignore', writer, 'pipe'] });
+  closeSync(writer);
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+  onCleanup(t, async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    await exited;
+  });
+  let stderr = '';
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  await waitFor(() => /perch is up on (\S+)\n/.test(stderr) || child.exitCode !== null, 10_000);
+  const url = /perch is up on (\S+)\n/.exec(stderr)?.[1];
+  assert.ok(url !== undefined, `perch did not start:\n${stderr}`);
+  // About 300 bytes of access line each: 1000 requests are over 4 pipes' worth (64 KiB each).
+  for (let i = 0; i < 1000; i++) assert.equal(await status(`${url}/v1/users/1`, KEY), 200);
+
+  child.kill('SIGTERM');
+  // The first signal is under way once the listener is closed; its flush waits on the pipe.
+  await waitFor(() => fetch(`${url}/healthz`).then(() => false, () => true));
+  assert.equal(child.exitCode, null);
+  const started = performance.now();
+  child.kill('SIGTERM');
+  const exit = await within(exited, 1000, 'exit after the second signal');
+  assert.deepEqual(exit, { code: null, signal: 'SIGTERM' }, `after ${Math.round(performance.now() - started)} ms`);
+});
+
+// README, Signals: "An uncaught exception ... writes the log's last lines synchronously".
+test('an uncaught exception writes the access lines still batched and the fatal line, then exits 1', T, async (t) => {
+  const upstream = await startUpstream(t, sampleProvider);
+  const dir = tempDir(t, 'perch-claims-');
+  const path = join(dir, 'perch.yaml');
+  writeFileSync(path, testConfig(v1('main', upstream.url)));
+  // A real uncaught exception in the perch process, on demand: thrown from a signal listener.
+  const crash = join(dir, 'crash.cjs');
+  writeFileSync(crash, "process.on('SIGUSR2', () => { throw new Error('test crash'); });\n");
+  // Node's own heap settings: no relaunch, so the signal reaches perch itself, not a launcher.
+  const perch = await spawnPerch(t, path, { NODE_OPTIONS: `--require ${crash}`, PERCH_HEAP_SIZING: 'off' });
+  for (const id of [1, 2, 3]) assert.equal(await status(`${perch.url}/v1/users/${id}`, KEY), 200);
+  // At once: the last line is still in the log's batch (written within 100 ms otherwise).
+  perch.process.kill('SIGUSR2');
+  const exit = await within(perch.exited, 5000, 'exit after the uncaught exception');
+  assert.deepEqual(exit, { code: 1, signal: null });
+  const lines = perch
+    .stdout()
+    .split('\n')
+    .filter((line) => line !== '')
+    .map((line) => JSON.parse(line) as { msg?: string; path?: string; err?: { message?: string } });
+  assert.deepEqual(
+    lines.filter((l) => l.msg === 'request').map((l) => l.path),
+    ['/v1/users/1', '/v1/users/2', '/v1/users/3'],
+  );
+  const fatal = lines.at(-1);
+  assert.deepEqual([fatal?.msg, fatal?.err?.message], ['uncaught exception: exiting', 'test crash']);
+});
 
 // README, Configuration reference: "Files are read at start-up and again on every SIGHUP, so a
 // rotated secret applies on reload."

@@ -1,16 +1,19 @@
 import { getHeapStatistics } from 'node:v8';
 import type { Config } from '../config/types.js';
 import { DEMO_KEY, hasDemoKey } from './demo-key.js';
+import { LineBatcher } from '../logging/line-batcher.js';
 import { createLogger } from '../logging/logger.js';
 import { PERCH_VERSION } from '../version.js';
 import { HEAP_LIMIT_WARNING, heapShortfall, oldSpaceLimitBytes, UNSHARED_CAP_WARNING, unsharedCapUpstreams } from './advice.js';
 import type { HeapSettings } from './heap-size.js';
 import { createPerch } from './perch.js';
-import { handleSignals } from './signals.js';
+import { exitOnCrash, handleSignals } from './signals.js';
 
 /** Starts perch on `config` as the command line's serve command: logs, listens, warns, handles signals. */
 export async function serve(config: Config, configPath: string, heap: HeapSettings): Promise<void> {
-  const logger = createLogger(config.log);
+  const sink = new LineBatcher(1);
+  const logger = createLogger(config.log, sink);
+  exitOnCrash(logger, sink);
   const heapLimitMib = Math.floor(getHeapStatistics().heap_size_limit / 2 ** 20);
   logger.info({ version: PERCH_VERSION, node: process.version, config: configPath, heap: { ...heap, heap_limit_mib: heapLimitMib } }, `perch ${PERCH_VERSION} starting`);
   const perch = createPerch({ config, logger, env: process.env });

@@ -1,4 +1,5 @@
 import { ConfigError, loadConfigFile } from '../config/load.js';
+import type { LineBatcher } from '../logging/line-batcher.js';
 import type { Logger } from '../logging/logger.js';
 import type { Perch } from './perch.js';
 import { followLauncher } from './relaunch.js';
@@ -12,9 +13,18 @@ export interface SignalOptions {
 }
 
 /**
- * SIGTERM and SIGINT drain and exit 0 (1 if stopping failed); a second one exits at once, for an
- * operator who does not want to wait out the grace period. SIGHUP reloads the configuration file;
- * a file with problems changes nothing and each problem is logged.
+ * How long a second stop signal waits for the log's last lines. A stdout nobody reads (a stalled
+ * pipe) never takes them, and an exit would wait for the write stuck in it: Node joins the thread
+ * that writes before the process ends.
+ */
+const LAST_LINES_MS = 500;
+
+/**
+ * SIGTERM and SIGINT drain and exit 0 (1 if stopping failed); a second one exits at once (1), for
+ * an operator who does not want to wait out the grace period, after the log's last lines, or
+ * within LAST_LINES_MS without them when stdout does not take them: then the signal ends the
+ * process as it ends one with no handler. SIGHUP reloads the configuration file; a file with
+ * problems changes nothing and each problem is logged.
  */
 export function handleSignals(options: SignalOptions): void {
   const { perch, logger } = options;
@@ -22,6 +32,11 @@ export function handleSignals(options: SignalOptions): void {
   const stop = (signal: NodeJS.Signals) => {
     if (stopping) {
       logger.warn({ signal }, 'second stop signal: exiting without waiting for requests');
+      setTimeout(() => {
+        process.off('SIGTERM', stop);
+        process.off('SIGINT', stop);
+        process.kill(process.pid, signal);
+      }, LAST_LINES_MS);
       logger.flush(() => process.exit(1));
       return;
     }
@@ -43,6 +58,21 @@ export function handleSignals(options: SignalOptions): void {
   followLauncher(() => stop('SIGTERM'));
   process.on('SIGHUP', () => {
     if (!stopping) reload(options);
+  });
+}
+
+/**
+ * An uncaught exception (or an unhandled rejection) ends perch with status 1, as Node's default
+ * does, but first the fatal line and every line still in the log's batch (up to 100 ms of access
+ * lines) are written synchronously: the asynchronous flush would never run. A stdout that refuses
+ * the write loses those lines rather than hold the exit; one that blocks (a full pipe in blocking
+ * mode) holds it until it takes them.
+ */
+export function exitOnCrash(logger: Logger, sink: LineBatcher): void {
+  process.on('uncaughtException', (error, origin) => {
+    logger.fatal({ err: error, origin }, 'uncaught exception: exiting');
+    sink.flushSync();
+    process.exit(1);
   });
 }
 

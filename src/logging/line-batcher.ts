@@ -75,9 +75,20 @@ export class LineBatcher {
     this.#start();
   }
 
-  /** Writes what is pending now, synchronously: for the last lines of a process that is exiting. */
+  /**
+   * Writes what is pending now, synchronously: for the last lines of a process that is exiting.
+   * A refused write (a full non-blocking pipe, a closed one) ends it: the exit must go on.
+   */
   flushSync(): void {
-    for (const buffer of this.#take()) writeSync(this.#fd, buffer);
+    for (const buffer of this.#take()) {
+      for (let at = 0; at < buffer.length; ) {
+        try {
+          at += writeSync(this.#fd, buffer, at);
+        } catch {
+          return;
+        }
+      }
+    }
   }
 
   /** Moves the filling buffer's lines to the queue of full batches. */

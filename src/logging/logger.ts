@@ -7,7 +7,8 @@ export type { Logger } from 'pino';
 /**
  * The process logger. Writes JSON lines to stdout in batches (LineBatcher), asynchronously, so a
  * slow log pipe does not stall the event loop; tests pass their own `destination` to read lines.
- * A crash can lose the last 100 ms of lines (at most one batch); an orderly stop flushes them.
+ * An orderly stop flushes the last lines; an uncaught exception writes them synchronously
+ * (app/signals.ts, exitOnCrash).
  * Nothing perch logs carries a client secret (logs name a client by its key id), and the redact
  * list is a second line of defence should a header object ever be logged by mistake.
  */

@@ -38,28 +38,51 @@ function codeFor(error: NodeJS.ErrnoException): ErrorCode {
   }
 }
 
+/** Sockets whose error answer is written or waiting: the parser may report more errors after the first. */
+const answering = new WeakSet<Socket>();
+
 /**
  * The server's `clientError` handler: Node's default answers a bare status line with an empty
  * body. The answer is written only when no answer to the same request has begun: a broken
  * chunked body can arrive after perch already answered its head, and a second, unsolicited
- * response would be read as the answer to the client's next request. A timeout on a connection
- * that sent nothing since its last answer is closed without a word: no request, no answer.
+ * response would be read as the answer to the client's next request. A malformed request
+ * pipelined behind one whose body was all received is a later request: its answer waits until
+ * the answers before it are sent, since a client reads answers in order and would take it for
+ * theirs; if they are not all sent (the client left, or a shutdown ends the connection with them)
+ * the connection closes without it. A timeout on a connection that sent nothing since its last
+ * answer is closed without a word: no request, no answer.
  */
 export function handleClientError(error: NodeJS.ErrnoException, socket: Socket, tracker: ConnectionTracker, logger: Logger): void {
   if (error.code === 'ECONNRESET' || !socket.writable) {
     socket.destroy();
     return;
   }
-  const { res, receivedSinceIdle } = tracker.state(socket);
+  if (answering.has(socket)) return;
+  const { req, res, receivedSinceIdle } = tracker.state(socket);
   const code = codeFor(error);
-  if (res?.headersSent === true || (code === 'E408' && !receivedSinceIdle)) {
+  if (code === 'E408' && !receivedSinceIdle) {
     socket.destroy();
     return;
   }
-  logger.debug({ code: error.code }, 'malformed request rejected');
+  const answer = () => {
+    logger.debug({ code: error.code }, 'malformed request rejected');
+    writeSocketError(socket, code, [], code === 'E400' ? ERROR_MESSAGES.malformedRequest : undefined);
+  };
+  if (res !== undefined && req?.complete === true && !res.writableFinished) {
+    answering.add(socket);
+    // The latest answer is sent last (Node sends pipelined answers in order), so once it is
+    // sent every answer before it is too.
+    res.once('close', () => (res.writableFinished && socket.writable ? answer() : socket.destroy()));
+    return;
+  }
+  if (res?.headersSent === true) {
+    socket.destroy();
+    return;
+  }
+  answering.add(socket);
   // The handler still working on this request must not write into the answer below.
   if (res !== undefined) res.shouldKeepAlive = false;
-  writeSocketError(socket, code, [], code === 'E400' ? ERROR_MESSAGES.malformedRequest : undefined);
+  answer();
 }
 
 /**

@@ -46,7 +46,7 @@ export function createBudget(options: BudgetOptions): Layer {
       return refuse(attempt.request.endpoint, endMs);
     }
     const result = await next(attempt);
-    if (result.kind === 'refused') state.refund(query);
+    if (result.kind === 'refused') state.refund(query, spend);
     return result;
   };
 }

@@ -20,5 +20,7 @@ export function createProviderState(deps: { clock: Clock; logger: Logger; redis?
     now: () => deps.clock.now(),
     commandTimeoutMs: settings.command_timeout_ms,
   });
-  return new InsuredProviderState(shared, memory, guard.breakers, deps.logger);
+  const insured = new InsuredProviderState(shared, memory, guard.breakers, deps.logger, deps.clock);
+  guard.client.on('ready', () => insured.reconnected());
+  return insured;
 }

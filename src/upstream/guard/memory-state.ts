@@ -1,5 +1,5 @@
 import type { Clock } from '../../clock.js';
-import { CLOCK_GRANULARITY_MS, stopKeysFor, type Admission, type AdmitQuery, type CallCap, type ProviderState, type Spend, type SpendQuery, type Stop, type StopState } from './provider-state.js';
+import { CLOCK_GRANULARITY_MS, stopKeysFor, type Admission, type AdmitQuery, type CallCap, type HeldCall, type ProviderState, type Spend, type SpendQuery, type Stop, type StopState } from './provider-state.js';
 
 /** Slack for floating-point refills, as in the client token buckets. */
 const EPSILON = 1e-9;
@@ -53,6 +53,36 @@ export class MemoryProviderState implements ProviderState {
   }
 
   /**
+   * Counts a call the shared state admitted in this instance's windows and leases too, so that
+   * if the shared state becomes unreachable the fallback starts from what this instance spent,
+   * not from zero. Marks that have aged out are dropped from the logs' heads as calls arrive,
+   * so a busy cap served from Redis keeps no more here than its windows hold.
+   */
+  record(query: AdmitQuery): void {
+    const now = this.#clock.now();
+    const ledger = this.#ledger(query.upstream, query.cap, now);
+    if (query.cap.rate !== undefined) dropAged(ledger.recent, query.cap.rate.windowMs, now);
+    if (query.cap.quota !== undefined) dropAged(ledger.quota, query.cap.quota.windowMs, now);
+    take(ledger, query, now);
+  }
+
+  /**
+   * Every call of `upstream` this instance still counts, admitted here or recorded, with its
+   * marks on this instance's clock: what it writes back to a shared state that returns.
+   */
+  held(upstream: string): HeldCall[] {
+    const ledger = this.#ledgers.get(upstream);
+    if (ledger === undefined) return [];
+    const ids = new Set([...ledger.recent.keys(), ...ledger.quota.keys(), ...ledger.leases.keys()]);
+    return [...ids].map((id) => ({ id, recent: ledger.recent.get(id), quota: ledger.quota.get(id), lease: ledger.leases.get(id) }));
+  }
+
+  /** The upstreams with calls counted here. */
+  upstreams(): string[] {
+    return [...this.#ledgers.keys()];
+  }
+
+  /**
    * The candidates no stop known here holds back, and, when there are none, the earliest end of
    * their stops. What this process learned itself is known at once, before any shared store.
    */
@@ -96,13 +126,16 @@ export class MemoryProviderState implements ProviderState {
     return undefined;
   }
 
-  finish(upstream: string, leaseId: string): void {
+  /** Also answers the end of the call's lease, if it held one. */
+  finish(upstream: string, leaseId: string): number | undefined {
     const ledger = this.#ledgers.get(upstream);
-    if (ledger === undefined) return;
+    if (ledger === undefined) return undefined;
     const now = this.#clock.now();
     if (ledger.recent.has(leaseId)) ledger.recent.set(leaseId, now);
     if (ledger.quota.has(leaseId)) ledger.quota.set(leaseId, now);
+    const lease = ledger.leases.get(leaseId);
     ledger.leases.delete(leaseId);
+    return lease;
   }
 
   stop(stop: Stop): void {
@@ -195,6 +228,18 @@ function windowWait(log: Map<string, number>, limit: number, windowMs: number, n
   const edge = [...log.values()].sort((a, b) => a - b)[log.size - limit]!;
   // A mark in the future is a call in flight: its window ends a window after its answer.
   return edge > now ? IN_FLIGHT_POLL_MS : edge + windowMs + CLOCK_GRANULARITY_MS - now;
+}
+
+/**
+ * Drops the aged marks at the head of a log. Marks go in roughly in order (an answer moves its
+ * mark earlier, never later), so stopping at the first live one keeps at most a lease's worth
+ * of aged marks, and each call costs O(1) however long the window.
+ */
+function dropAged(log: Map<string, number>, windowMs: number, now: number): void {
+  for (const [id, mark] of log) {
+    if (mark + windowMs + CLOCK_GRANULARITY_MS > now) return;
+    log.delete(id);
+  }
 }
 
 function take(ledger: Ledger, query: AdmitQuery, now: number): void {

@@ -66,6 +66,18 @@ export type Admission =
   | { readonly kind: 'stopped'; readonly untilMs: number; readonly state: StopState }
   | { readonly kind: 'over_cap'; readonly waitMs: number };
 
+/**
+ * A call one instance counts, with its marks on that instance's clock: in the rate log, the
+ * quota log (each absent when not counted there), and the end of its lease while in flight
+ * (absent once answered).
+ */
+export interface HeldCall {
+  readonly id: string;
+  readonly recent: number | undefined;
+  readonly quota: number | undefined;
+  readonly lease: number | undefined;
+}
+
 /** The fleet's counts of answered calls over an adaptive throttle's window (throttle.ts). */
 export interface OutcomeTotals {
   readonly accepts: number;
@@ -96,10 +108,14 @@ export interface SpendQuery {
   readonly limit: number;
 }
 
-/** Whether the call fits the budget (then it is counted), and the calls counted in the window. */
+/**
+ * Whether the call fits the budget (then it is counted), and the calls counted in the window;
+ * with Redis insured by memory, also which of the two counted it, so a refund goes back there.
+ */
 export interface Spend {
   readonly allowed: boolean;
   readonly used: number;
+  readonly charged?: 'shared' | 'local';
 }
 
 /** Where a throttle's window is shared with the fleet. */
@@ -123,8 +139,8 @@ export interface ProviderState extends OutcomeShare {
    * kept across restarts in Redis, per instance in memory.
    */
   spend(query: SpendQuery): Spend | Promise<Spend>;
-  /** Gives back a call counted by `spend` that was not made after all. */
-  refund(query: SpendQuery): void;
+  /** Gives back a call counted by `spend` (its answer `spent`) that was not made after all. */
+  refund(query: SpendQuery, spent: Spend): void;
   admit(query: AdmitQuery): Admission | Promise<Admission>;
   /**
    * An admitted call has its answer. A call counts in the rate and quota windows from its

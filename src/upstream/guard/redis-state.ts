@@ -4,6 +4,8 @@ import {
   stopKeysFor,
   type Admission,
   type AdmitQuery,
+  type CallCap,
+  type HeldCall,
   type OutcomeReport,
   type OutcomeTotals,
   type ProviderState,
@@ -180,6 +182,44 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 return 1
 `;
 
+/**
+ * What one instance counted while Redis was away, written back before Redis admits for it again:
+ * each call's marks in the rate and quota logs and its lease while in flight, or the end of its
+ * lease once answered (a call Redis admitted whose finish could not reach it). Marks come as
+ * offsets from the instance's now and land on Redis `TIME`, as the admission's own do. A key's
+ * expiry is only ever lengthened, to cover its latest mark.
+ * KEYS rate log, quota log, leases; ARGV rate window ms, quota window ms, then per call its id
+ * and its rate, quota and lease offsets ('' where it has none).
+ */
+const WRITE_BACK_SCRIPT = `
+local time = redis.call('TIME')
+local rnow = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local latest = {-1, -1, -1}
+for i = 3, #ARGV, 4 do
+  for k = 1, 3 do
+    local offset = ARGV[i + k]
+    if offset ~= '' then
+      local mark = rnow + tonumber(offset)
+      redis.call('ZADD', KEYS[k], mark, ARGV[i])
+      if mark > latest[k] then latest[k] = mark end
+    elseif k == 3 then
+      redis.call('ZREM', KEYS[3], ARGV[i])
+    end
+  end
+end
+local windows = {tonumber(ARGV[1]) + ${CLOCK_GRANULARITY_MS}, tonumber(ARGV[2]) + ${CLOCK_GRANULARITY_MS}, 0}
+for k = 1, 3 do
+  if latest[k] >= 0 then
+    local ttl = latest[k] - rnow + windows[k] + 1000
+    if redis.call('PTTL', KEYS[k]) < ttl then redis.call('PEXPIRE', KEYS[k], ttl) end
+  end
+end
+return 1
+`;
+
+/** Calls per write-back script: a long quota window's calls go in several, none of them huge. */
+const WRITE_BACK_BATCH = 1000;
+
 /** Deletes a stop only if it is of the given state. KEYS[1] stop; ARGV state. */
 const LIFT_SCRIPT = `
 local v = redis.call('GET', KEYS[1])
@@ -258,6 +298,7 @@ const OUTCOMES = 'perchThrottleOutcomes';
 const LIFT = 'perchLiftStop';
 const FINISH = 'perchFinishCall';
 const STOP = 'perchStopCalls';
+const WRITE_BACK = 'perchWriteBackCalls';
 
 interface WithScripts {
   [ADMIT](...args: (string | number)[]): Promise<[string, string, string?]>;
@@ -267,6 +308,7 @@ interface WithScripts {
   [OUTCOMES](key: string, ...args: (string | number)[]): Promise<[number, number, number]>;
   [SPEND](key: string, limit: number, ttlMs: number): Promise<[number, number]>;
   [REFUND](key: string): Promise<number>;
+  [WRITE_BACK](recent: string, quota: string, leases: string, ...args: (string | number)[]): Promise<number>;
 }
 
 /**
@@ -292,6 +334,7 @@ export class RedisProviderState implements ProviderState {
     client.defineCommand(OUTCOMES, { numberOfKeys: 1, lua: OUTCOMES_SCRIPT });
     client.defineCommand(SPEND, { numberOfKeys: 1, lua: SPEND_SCRIPT });
     client.defineCommand(REFUND, { numberOfKeys: 1, lua: REFUND_SCRIPT });
+    client.defineCommand(WRITE_BACK, { numberOfKeys: 3, lua: WRITE_BACK_SCRIPT });
     this.#scripts = client as unknown as WithScripts;
     this.#client = client;
     this.#prefix = options.prefix;
@@ -334,11 +377,22 @@ export class RedisProviderState implements ProviderState {
     return { kind: 'over_cap', waitMs: Number(a) };
   }
 
-  finish(upstream: string, leaseId: string): void {
+  finish(upstream: string, leaseId: string, lost?: () => void): void {
     const base = this.upstreamKey(upstream);
     // Not awaited: the answer is already on its way to the client. A lost finish only keeps the
-    // call counted until its lease ends, which errs on the provider's side.
-    this.#scripts[FINISH](`${base}:recent`, `${base}:quota`, `${base}:leases`, leaseId).catch(() => undefined);
+    // call counted until its lease ends, which errs on the provider's side; `lost` hears of it.
+    this.#scripts[FINISH](`${base}:recent`, `${base}:quota`, `${base}:leases`, leaseId).catch(() => lost?.());
+  }
+
+  /** Writes one instance's calls of `upstream` into the shared logs and leases (WRITE_BACK_SCRIPT). */
+  async writeBack(upstream: string, cap: CallCap, calls: readonly HeldCall[]): Promise<void> {
+    const base = this.upstreamKey(upstream);
+    const now = this.#clockNow();
+    const offset = (mark: number | undefined) => (mark === undefined ? '' : Math.round(mark - now));
+    for (let i = 0; i < calls.length; i += WRITE_BACK_BATCH) {
+      const args = calls.slice(i, i + WRITE_BACK_BATCH).flatMap((call) => [call.id, offset(call.recent), offset(call.quota), offset(call.lease)]);
+      await this.#scripts[WRITE_BACK](`${base}:recent`, `${base}:quota`, `${base}:leases`, cap.rate?.windowMs ?? 0, cap.quota?.windowMs ?? 0, ...args);
+    }
   }
 
   async stop(stop: Stop): Promise<void> {
