@@ -144,3 +144,24 @@ test('a full queue refuses the call with the highest tag: a flood cannot shut an
   assert.deepEqual(order, ['crawler', 'app', 'crawler']);
   assert.equal((await app[0])!.admission.kind, 'admitted');
 });
+
+test('the last waiting call leaving takes its wake with it: the next call waits on its own estimate, not a stale one', { timeout: 5000 }, async () => {
+  const clock = new ManualClock();
+  const queue = new AdmissionQueue({ size: 10, clock, timers: clock });
+  // The cap's estimate shortens (a reload, or the fallback to this instance's own cap).
+  let estimate = 5000;
+  let free = 0;
+  const tryAdmit = (): Admission => (free > 0 ? (free--, { kind: 'admitted', credential: 'a' }) : { kind: 'over_cap', waitMs: estimate });
+  const first = queue.admit(P, tryAdmit, 1000);
+  await settle();
+  clock.advance(1000);
+  assert.equal((await first).admission.kind, 'over_cap');
+  assert.equal(clock.waiting, 0, 'nobody waits: no wake is left behind');
+  clock.advance(500);
+  estimate = 100;
+  const second = queue.admit(P, tryAdmit, 1000);
+  await settle();
+  free = 1;
+  clock.advance(100);
+  assert.deepEqual(await second, { admission: { kind: 'admitted', credential: 'a' }, waitedMs: 100 });
+});

@@ -106,9 +106,13 @@ export class AdmissionQueue {
   /** A call of this instance ended: a slot may be free, so the next call asks again now. */
   wake(): void {
     if (this.#length === 0) return;
+    this.#cancelPendingWake();
+    void this.#pump();
+  }
+
+  #cancelPendingWake(): void {
     this.#cancelWake?.();
     this.#cancelWake = undefined;
-    void this.#pump();
   }
 
   #flow(payer: Payer): Flow {
@@ -177,6 +181,10 @@ export class AdmissionQueue {
     const flow = this.#flows.get(waiter.payer.id)!;
     flow.waiters.splice(flow.waiters.indexOf(waiter), 1);
     this.#length--;
+    // The wake was set for the estimate of a call that left: a call that starts waiting later
+    // sets its own, which may be much sooner (a reload or a fallback to this instance's own cap
+    // shortens waits), and a wake still pending would keep it from being set.
+    if (this.#length === 0) this.#cancelPendingWake();
     if (flow.waiters.length === 0 && flow.finish <= this.#virtualTime) this.#flows.delete(waiter.payer.id);
   }
 
