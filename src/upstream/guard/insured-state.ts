@@ -84,6 +84,10 @@ export class InsuredProviderState implements ProviderState {
     if (this.#upstream(upstream).state === 'closed') this.#redis.finish(upstream, leaseId);
   }
 
+  withdraw(upstream: string, payer: string): void {
+    if (this.#upstream(upstream).state === 'closed') this.#redis.withdraw(upstream, payer);
+  }
+
   async stop(stop: Stop): Promise<void> {
     this.#memory.stop(stop);
     if (this.#upstream(stop.upstream).state === 'closed') await this.#redis.stop(stop);
