@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { parseConfig } from '../src/config/load.js';
 import { createBudget } from '../src/upstream/budget.js';
+import { BudgetBook } from '../src/upstream/budget-book.js';
 import { budgetWindow } from '../src/upstream/budget-window.js';
 import { NO_EVENTS } from '../src/upstream/events.js';
 import { MemoryProviderState } from '../src/upstream/guard/memory-state.js';
@@ -135,6 +136,34 @@ test('the budget layer\'s memo of a spent window holds only for the limit it was
   assert.deepEqual(await kinds(2, 3), ['ok', 'ok', 'refused']);
   assert.deepEqual(await kinds(4, 3), ['ok', 'ok', 'refused'], 'raised to 4: two more, then spent');
   assert.deepEqual(await kinds(3, 1), ['refused'], 'lowered to 3 with 4 spent: refused at once');
+});
+
+test('the budget book keeps an entry per key only for its window: churning client ids leave the keys of the current window, and at most twice what the last sweep left', { timeout: 5000 }, () => {
+  const clock = new ManualClock(Date.parse('2026-01-01T10:00:00Z'));
+  const book = new BudgetBook(clock);
+  const hourly = { limit: 5, window: 'hour' } as const;
+  const charge = (prefix: string, count: number) => {
+    const { startMs } = budgetWindow('hour', clock.now());
+    for (let i = 0; i < count; i++) book.record(`${prefix}${i}`, `${prefix}${i}`, hourly, startMs, 1);
+  };
+  charge('a', 300);
+  assert.equal(book.size, 300, 'every key charged this hour');
+  clock.advance(3_600_000);
+  assert.deepEqual(book.all(), [], 'a listing sweeps the ended hour');
+  assert.equal(book.size, 0);
+  // Without listings, the sweeps that recording makes keep the book within twice the live keys.
+  charge('b', 300);
+  clock.advance(3_600_000);
+  let most = 0;
+  for (let i = 0; i < 300; i++) {
+    charge(`c${i}-`, 1);
+    most = Math.max(most, book.size);
+  }
+  // The last sweep of hour b left 256 entries (at 64, 128, 256): the record that brings the book
+  // to twice that sweeps the ended hour, so it never holds hour b's 300 and hour c's 300.
+  assert.equal(most, 2 * 256 - 1);
+  assert.equal(book.all().length, 300, 'this hour\'s keys alone');
+  assert.equal(book.size, 300);
 });
 
 test('bad budgets are configuration errors that name the key', () => {
