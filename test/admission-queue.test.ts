@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { AdmissionQueue } from '../src/upstream/guard/admission-queue.js';
+import { AdmissionQueue, IDLE_FLOWS, type FairAsk } from '../src/upstream/guard/admission-queue.js';
 import type { Admission } from '../src/upstream/guard/provider-state.js';
 import type { Payer } from '../src/upstream/upstream.js';
 import { ManualClock } from './helpers/clock.js';
@@ -143,4 +143,82 @@ test('a full queue refuses the call with the highest tag: a flood cannot shut an
   await release(queue, c, 3);
   assert.deepEqual(order, ['crawler', 'app', 'crawler']);
   assert.equal((await app[0])!.admission.kind, 'admitted');
+});
+
+test('the last waiting call leaving takes its wake with it: the next call waits on its own estimate, not a stale one', { timeout: 5000 }, async () => {
+  const clock = new ManualClock();
+  const queue = new AdmissionQueue({ size: 10, clock, timers: clock });
+  // The cap's estimate shortens (a reload, or the fallback to this instance's own cap).
+  let estimate = 5000;
+  let free = 0;
+  const tryAdmit = (): Admission => (free > 0 ? (free--, { kind: 'admitted', credential: 'a' }) : { kind: 'over_cap', waitMs: estimate });
+  const first = queue.admit(P, tryAdmit, 1000);
+  await settle();
+  clock.advance(1000);
+  assert.equal((await first).admission.kind, 'over_cap');
+  assert.equal(clock.waiting, 0, 'nobody waits: no wake is left behind');
+  clock.advance(500);
+  estimate = 100;
+  const second = queue.admit(P, tryAdmit, 1000);
+  await settle();
+  free = 1;
+  clock.advance(100);
+  assert.deepEqual(await second, { admission: { kind: 'admitted', credential: 'a' }, waitedMs: 100 });
+});
+
+test('per-payer state stays bounded under key churn: at most 2 x waiting calls + IDLE_FLOWS flows, at most IDLE_FLOWS once none waits', { timeout: 5000 }, async () => {
+  const clock = new ManualClock();
+  const queue = new AdmissionQueue({ size: 1000, clock, timers: clock });
+  const admitted = (): Admission => ({ kind: 'admitted', credential: 'a' });
+  const full = (): Admission => ({ kind: 'over_cap', waitMs: 100 });
+  const crawler: Payer = { id: 'crawler', weight: 1, label: 'crawler' };
+  // The crawler has had a call, so its waiting one stands past the virtual time: each new payer
+  // starts ahead of it, is served once and leaves a finish ahead of the virtual time.
+  await queue.admit(crawler, admitted, 0);
+  const waiting = queue.admit(crawler, full, 10_000);
+  await settle();
+  let most = 0;
+  for (let i = 0; i < 300; i++) {
+    assert.equal((await queue.admit({ id: `p${i}`, weight: 1, label: `p${i}` }, admitted, 10_000)).admission.kind, 'admitted');
+    most = Math.max(most, queue.payers);
+  }
+  assert.equal(most, 2 * 1 + IDLE_FLOWS, 'one call waits: at most 2 + IDLE_FLOWS flows');
+  clock.advance(10_000);
+  assert.equal((await waiting).admission.kind, 'over_cap');
+  assert.ok(queue.payers <= IDLE_FLOWS, `${queue.payers} flows kept with no call waiting`);
+});
+
+test('a payer whose last waiting call leaves unadmitted is withdrawn: expired, pushed out, stopped; not one refused at once or admitted', { timeout: 5000 }, async () => {
+  const clock = new ManualClock();
+  const withdrawn: string[] = [];
+  const queue = new AdmissionQueue({ size: 2, clock, timers: clock, withdraw: (payer) => withdrawn.push(payer.id) });
+  const full = (): Admission => ({ kind: 'over_cap', waitMs: 100 });
+  const admitted = (): Admission => ({ kind: 'admitted', credential: 'a' });
+  const payer = (id: string): Payer => ({ id, weight: 1, label: id });
+  const asks: FairAsk[] = [];
+  const recording = (answer: () => Admission) => (fair: FairAsk) => (asks.push(fair), answer());
+  assert.equal((await queue.admit(payer('at-once'), recording(full), 0)).admission.kind, 'over_cap');
+  assert.deepEqual(asks, [{ waits: false, waiting: [] }], 'refused at once: the cap is told it will not wait');
+  // pushed has had a call, so its waiting one stands a call past the virtual time.
+  assert.equal((await queue.admit(payer('pushed'), admitted, 1000)).admission.kind, 'admitted');
+  const expiring = queue.admit(payer('expires'), recording(full), 100);
+  await settle();
+  assert.deepEqual(asks.at(-1), { waits: true, waiting: [] });
+  const pushed = queue.admit(payer('pushed'), full, 1000);
+  clock.advance(50);
+  // The queue is full: the newcomer (tag 0) takes the place of pushed's call (tag 1).
+  let stop = false;
+  const stoppable = (): Admission => (stop ? { kind: 'stopped', untilMs: 0, state: 'cooling_down' } : full());
+  const newcomer = queue.admit(payer('newcomer'), stoppable, 1000);
+  assert.equal((await pushed).admission.kind, 'over_cap');
+  assert.deepEqual(withdrawn, ['pushed']);
+  clock.advance(50);
+  assert.equal((await expiring).admission.kind, 'over_cap');
+  assert.deepEqual(withdrawn, ['pushed', 'expires']);
+  const last = queue.admit(payer('newcomer'), stoppable, 1000);
+  await settle();
+  stop = true;
+  clock.advance(100);
+  assert.deepEqual([(await newcomer).admission.kind, (await last).admission.kind], ['stopped', 'stopped']);
+  assert.deepEqual(withdrawn, ['pushed', 'expires', 'newcomer'], 'withdrawn once, as its last call left');
 });

@@ -1,14 +1,23 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { parseConfig } from '../src/config/load.js';
+import { createBudget } from '../src/upstream/budget.js';
+import { BudgetBook } from '../src/upstream/budget-book.js';
 import { budgetWindow } from '../src/upstream/budget-window.js';
+import { NO_EVENTS } from '../src/upstream/events.js';
+import { MemoryProviderState } from '../src/upstream/guard/memory-state.js';
 import { CLOCK_GRANULARITY_MS } from '../src/upstream/guard/provider-state.js';
+import type { Attempt, UpstreamResult } from '../src/upstream/upstream.js';
 import { ManualClock } from './helpers/clock.js';
-import { KEY, metric, OTHER_KEY, startPerch, testConfig, v1 } from './helpers/perch.js';
+import { KEY, metric, OTHER_KEY, startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
+import { spawnPerch } from './helpers/perch-process.js';
 import { startRedis } from './helpers/redis-server.js';
 import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
 import { onCleanup } from './helpers/cleanup.js';
+import { tempDir } from './helpers/temp-dir.js';
 
 // Provider-call budgets per key over UTC calendar windows (rate_limits.<plan>.provider_calls).
 
@@ -84,6 +93,77 @@ test('with Redis the budget is the fleet\'s and outlives a restart', { timeout: 
   const restarted = await startPerch(t, yaml, { clock });
   assert.equal((await restarted.request('/v1/users/4')).status, 429, 'a fresh instance finds the count in Redis');
   assert.equal(upstream.requests.length, 2);
+});
+
+test('a limit changed by SIGHUP applies from the next miss: raised, the spent key is served; lowered, it is refused', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const path = join(tempDir(t, 'perch-budget-'), 'perch.yaml');
+  const yaml = (limit: number) => withBudget(v1('main', upstream.url), `{ limit: ${limit}, window: month }`, `rate_limits_redis: { url: "${redis.url}", command_timeout_ms: 2000 }`);
+  writeFileSync(path, yaml(2));
+  const perch = await spawnPerch(t, path);
+  const get = async (id: number) => (await fetch(`${perch.url}/v1/users/${id}`, { headers: { 'x-api-key': KEY } })).status;
+  const reload = async (limit: number) => {
+    const reloads = perch.output().split('configuration reloaded').length;
+    writeFileSync(path, yaml(limit));
+    perch.process.kill('SIGHUP');
+    await waitFor(() => perch.output().split('configuration reloaded').length > reloads);
+  };
+  assert.deepEqual([await get(1), await get(2), await get(3)], [200, 200, 429]);
+  await reload(10);
+  assert.equal(await get(4), 200, 'the raised budget admits the key\'s next miss');
+  assert.equal(upstream.requests.length, 3);
+  await reload(3);
+  assert.equal(await get(5), 429, 'the lowered budget (3, all spent) refuses at once');
+  assert.equal(upstream.requests.length, 3);
+});
+
+test('the budget layer\'s memo of a spent window holds only for the limit it was spent at', { timeout: 5000 }, async () => {
+  // The layer outlives a reload wherever the upstream's stack is kept: a raised limit must reach
+  // the store, not the memo of the old one.
+  const clock = new ManualClock(Date.parse('2026-01-01T10:00:00Z'));
+  const call = createBudget({ upstream: 'main', state: new MemoryProviderState(clock), clock, events: NO_EVENTS })(async (): Promise<UpstreamResult> => ({ kind: 'ok', body: Buffer.from('{}') }));
+  const attempt = (limit: number): Attempt => ({
+    request: { endpoint: 'user', params: { user_id: '1' }, path: '/v1/users/1' },
+    deadline: Infinity,
+    payer: { id: 'alpha', weight: 1, label: 'alpha', budget: { limit, window: 'month' } },
+  });
+  const kinds = async (limit: number, times: number) => {
+    const out: string[] = [];
+    for (let i = 0; i < times; i++) out.push((await call(attempt(limit))).kind);
+    return out;
+  };
+  assert.deepEqual(await kinds(2, 3), ['ok', 'ok', 'refused']);
+  assert.deepEqual(await kinds(4, 3), ['ok', 'ok', 'refused'], 'raised to 4: two more, then spent');
+  assert.deepEqual(await kinds(3, 1), ['refused'], 'lowered to 3 with 4 spent: refused at once');
+});
+
+test('the budget book keeps an entry per key only for its window: churning client ids leave the keys of the current window, and at most twice what the last sweep left', { timeout: 5000 }, () => {
+  const clock = new ManualClock(Date.parse('2026-01-01T10:00:00Z'));
+  const book = new BudgetBook(clock);
+  const hourly = { limit: 5, window: 'hour' } as const;
+  const charge = (prefix: string, count: number) => {
+    const { startMs } = budgetWindow('hour', clock.now());
+    for (let i = 0; i < count; i++) book.record(`${prefix}${i}`, `${prefix}${i}`, hourly, startMs, 1);
+  };
+  charge('a', 300);
+  assert.equal(book.size, 300, 'every key charged this hour');
+  clock.advance(3_600_000);
+  assert.deepEqual(book.all(), [], 'a listing sweeps the ended hour');
+  assert.equal(book.size, 0);
+  // Without listings, the sweeps that recording makes keep the book within twice the live keys.
+  charge('b', 300);
+  clock.advance(3_600_000);
+  let most = 0;
+  for (let i = 0; i < 300; i++) {
+    charge(`c${i}-`, 1);
+    most = Math.max(most, book.size);
+  }
+  // The last sweep of hour b left 256 entries (at 64, 128, 256): the record that brings the book
+  // to twice that sweeps the ended hour, so it never holds hour b's 300 and hour c's 300.
+  assert.equal(most, 2 * 256 - 1);
+  assert.equal(book.all().length, 300, 'this hour\'s keys alone');
+  assert.equal(book.size, 300);
 });
 
 test('bad budgets are configuration errors that name the key', () => {

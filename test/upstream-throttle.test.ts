@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { test } from 'node:test';
+import { test, type TestContext } from 'node:test';
 import { Redis } from 'ioredis';
 import type { ThrottleConfig } from '../src/config/types.js';
 import { NO_EVENTS } from '../src/upstream/events.js';
@@ -194,4 +194,72 @@ test('with Redis the window is the fleet’s: each instance sheds on every insta
   await a.run(OK, 20);
   assert.equal(a.below.calls, 51, 'nothing shed after the reset');
   assert.equal(a.throttle.rejectProbability(), 0);
+});
+
+/**
+ * Two instances' throttles over the real shared state. A's exchange can be held after Redis
+ * answered (`holdA`, an answer on its way back) or answer undefined as while Redis's breaker is
+ * open (`downA`); `answered` counts the reports each instance has had answered.
+ */
+async function twoInstances(t: TestContext) {
+  const redis = await startRedis(t);
+  const clients = [new Redis(redis.url), new Redis(redis.url)];
+  onCleanup(t, () => clients.forEach((c) => c.disconnect()));
+  const clock = new ManualClock();
+  const answered = { a: 0, b: 0 };
+  const control = { holdA: undefined as Promise<void> | undefined, downA: false };
+  const [stateA, stateB] = clients.map((c) => new RedisProviderState(c, { prefix: 'perch:', now: () => clock.now(), commandTimeoutMs: 1000 }));
+  const shareA: OutcomeShare = {
+    exchange: (report) => {
+      if (control.downA) return undefined;
+      return stateA!.exchange(report).then(async (totals) => {
+        await control.holdA;
+        answered.a++;
+        return totals;
+      });
+    },
+  };
+  const shareB: OutcomeShare = { exchange: (report) => stateB!.exchange(report).finally(() => answered.b++) };
+  const a = setup({}, shareA, clock);
+  const b = setup({}, shareB, clock);
+  // B has seen the provider fail 30 times and told the fleet; A has seen nothing.
+  await a.run(OK);
+  await b.run(FAIL, 30);
+  await waitFor(() => answered.a === 1 && answered.b === 1);
+  clock.advance(1000);
+  await b.run(FAIL);
+  await waitFor(() => answered.b === 2);
+  return { clock, a, b, answered, control, window: clients[0]! };
+}
+
+test('a fleet report in flight when reset() runs cannot bring the pre-reset counts back', { timeout: 15_000 }, async (t) => {
+  const { a, answered, control } = await twoInstances(t);
+  let release = () => {};
+  control.holdA = new Promise<void>((resolve) => (release = resolve));
+  // A's report reaches Redis and its answer (B's 30 failures) is on its way back when A's
+  // breaker probe succeeds and resets the window.
+  await a.run(OK);
+  a.throttle.reset();
+  release();
+  await waitFor(() => answered.a === 2);
+  assert.equal(a.throttle.rejectProbability(), 0, 'the answer of a report made before the reset is not the fleet after it');
+  a.draw.value = 0;
+  assert.deepEqual(await a.run(OK, 20), OK);
+  assert.equal(a.below.calls, 22, 'nothing shed after the probe');
+});
+
+test('a reset made while the fleet cannot be reached reaches it at the next report', { timeout: 15_000 }, async (t) => {
+  const { clock, a, b, answered, control, window } = await twoInstances(t);
+  control.downA = true;
+  a.throttle.reset();
+  control.downA = false;
+  clock.advance(1000);
+  await a.run(OK);
+  await waitFor(() => answered.a === 2);
+  assert.equal(await window.hget('perch:{up:main}:throttle', `${Math.floor(clock.now() / 1000) - 2}:f`), null, 'B\'s failures are gone from the fleet');
+  assert.equal(a.throttle.rejectProbability(), 0);
+  clock.advance(1000);
+  await b.run(OK);
+  await waitFor(() => answered.b === 3);
+  assert.equal(b.throttle.rejectProbability(), 0, 'B forgets its own at its next report');
 });

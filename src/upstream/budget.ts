@@ -19,11 +19,13 @@ export interface BudgetOptions {
  * current UTC calendar window. It sits just above the guard, so every real call counts, retries
  * and credential switches included, and only real calls do: a call the guard refuses is given
  * back. Once a key's budget is spent its calls are refused (`budget_spent`, a 429 whose
- * Retry-After is the rest of the window) without asking the store again until the window ends.
+ * Retry-After is the rest of the window) without asking the store again until the window ends,
+ * or until the key's limit is raised: the limit is read from the configuration on every call, so
+ * a reload that raises it admits the next call, and one that lowers it refuses the next call.
  */
 export function createBudget(options: BudgetOptions): Layer {
   const { upstream, state, clock, events, book } = options;
-  /** Windows known spent, key id and window start -> its end. */
+  /** Windows known spent, key id, window start and the limit they were spent at -> their end. */
   const spent = new Map<string, number>();
 
   function refuse(route: Parameters<UpstreamEvents['refused']>[1], endMs: number) {
@@ -35,7 +37,7 @@ export function createBudget(options: BudgetOptions): Layer {
     const budget = attempt.payer?.budget;
     if (budget === undefined) return next(attempt);
     const { startMs, endMs } = budgetWindow(budget.window, clock.now());
-    const memo = `${attempt.payer!.id}\n${startMs}`;
+    const memo = `${attempt.payer!.id}\n${startMs}\n${budget.limit}`;
     if (spent.has(memo)) return refuse(attempt.request.endpoint, endMs);
     const query: SpendQuery = { keyId: attempt.payer!.id, startMs, endMs, limit: budget.limit };
     const spend = await state.spend(query);

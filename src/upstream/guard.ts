@@ -44,7 +44,7 @@ export function createGuard(options: GuardOptions): Guard {
   const cap: CallCap = compileCap(config);
   const localCap: CallCap = compileCap(config, config.redis_down_share);
   const capped = cap.rate !== undefined || cap.quota !== undefined || cap.maxConcurrent !== undefined;
-  const queue = new AdmissionQueue({ size: config.queue_size, clock, timers });
+  const queue = new AdmissionQueue({ size: config.queue_size, clock, timers, withdraw: (payer) => state.withdraw(upstream, payer.id) });
   // The lease must outlive the call it guards: a timed-out call still holds its connection.
   const leaseMs = config.timeout_ms + 1000;
   /**
@@ -87,7 +87,7 @@ export function createGuard(options: GuardOptions): Guard {
     const span = attempt.trace?.child('provider queue', 'internal', { 'perch.upstream': upstream });
     const { admission, waitedMs } = await queue.admit(
       payer,
-      () => state.admit({ upstream, scope, candidates, cap, localCap, leaseId, leaseMs, payer }),
+      (fair) => state.admit({ upstream, scope, candidates, cap, localCap, leaseId, leaseMs, payer, ...fair }),
       maxWaitMs,
     );
     if (span !== undefined) {

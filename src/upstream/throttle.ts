@@ -63,6 +63,8 @@ export function createThrottle(options: ThrottleOptions): Throttle {
   /** The slice of the fleet's latest reset this instance knows; a report under an older one is dropped. */
   let epoch = -1;
   let resetPending = false;
+  /** Resets made so far: a report's answer is dropped when one was made after the report left. */
+  let resets = 0;
   let nextReport = 0;
   let reporting = false;
 
@@ -94,15 +96,22 @@ export function createThrottle(options: ThrottleOptions): Throttle {
     const [ownAccepts, ownFailures] = own.totals(now);
     const deltas = [...pending].map(([s, [a, f]]): [number, number, number] => [s, a, f]);
     const reset = resetPending;
+    const generation = resets;
     pending = new Map();
     resetPending = false;
+    // A reset the fleet did not hear of (Redis unreachable, its breaker open) goes with the next
+    // report: dropped, the outage's failures would stay in the fleet's window.
+    const unheard = () => void (resetPending ||= reset);
     const answer = share.exchange({ upstream, slice, slices: SLICES, sliceMs, epoch, reset, deltas });
-    if (answer === undefined) return;
+    if (answer === undefined) return unheard();
     reporting = true;
     void Promise.resolve(answer).then(
       (fleet) => {
         reporting = false;
-        if (fleet === undefined) return;
+        if (fleet === undefined) return unheard();
+        // The fleet as it was before this instance's latest reset: its counts are the ones the
+        // reset forgot, and would shed the calls the probe just found succeeding.
+        if (generation !== resets) return;
         if (fleet.epoch > epoch) {
           // Another instance reset the window: what this one counted before is forgotten too.
           epoch = fleet.epoch;
@@ -117,6 +126,7 @@ export function createThrottle(options: ThrottleOptions): Throttle {
       },
       () => {
         reporting = false;
+        unheard();
       },
     );
   }
@@ -138,6 +148,7 @@ export function createThrottle(options: ThrottleOptions): Throttle {
   };
 
   function reset(): void {
+    resets++;
     own.clear();
     pending.clear();
     others = { accepts: 0, failures: 0, epoch: others.epoch };

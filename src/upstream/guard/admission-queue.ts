@@ -6,10 +6,31 @@ import type { Admission } from './provider-state.js';
 /** Calls perch makes for itself, with no client behind them, share one payer. */
 export const NO_PAYER: Payer = { id: '', weight: 1, label: '' };
 
+/**
+ * What an ask tells the cap about this instance's queue, so that the fleet's fair queue (Redis)
+ * knows who waits here: whether the asking call waits if refused, and the payers whose calls
+ * wait here whatever its answer (the asking payer too when it has more).
+ */
+export interface FairAsk {
+  readonly waits: boolean;
+  readonly waiting: readonly string[];
+}
+
+export type TryAdmit = (fair: FairAsk) => Admission | Promise<Admission>;
+
+/**
+ * How many waiting payers an ask names, those with the lowest tags: the fleet needs the lowest
+ * of each instance to find its own lowest, and an ask stays a bounded script call.
+ */
+export const NAMED_PAYERS = 16;
+
+/** Idle flows (no call waiting) kept for their finish tags, beyond twice the waiting calls. */
+export const IDLE_FLOWS = 64;
+
 interface Waiter {
   readonly payer: Payer;
   readonly seq: number;
-  readonly tryAdmit: () => Admission | Promise<Admission>;
+  readonly tryAdmit: TryAdmit;
   readonly finish: (admission: Admission) => void;
   cancelExpiry: () => void;
   expired: boolean;
@@ -40,6 +61,16 @@ interface Flow {
  * When the queue is full, the arriving call and the last call of the key furthest ahead in
  * virtual time compete: the one further ahead is refused, so a flood from one key fills the queue
  * without shutting others out.
+ *
+ * In a fleet every ask names the payers waiting here, so the shared cap renews their turns, and
+ * an answer that the cap is owed to one of them (`owed`) makes that payer's call the next to ask;
+ * while calls wait, the queue asks at least as often as the cap's registrations need renewing
+ * (`renewMs`). A payer whose last waiting call leaves without a place (its wait ran out, it was
+ * pushed out, the provider stopped) is withdrawn from the shared queue at once (`withdraw`).
+ *
+ * Per-payer state is bounded: a payer's flow is kept while it has waiting calls, and without any
+ * only for its finish tag, at most `2 * waiting calls + IDLE_FLOWS` flows in all after each
+ * admission or departure (none idle once no call waits and more than `IDLE_FLOWS` were kept).
  */
 export class AdmissionQueue {
   readonly #size: number;
@@ -57,15 +88,25 @@ export class AdmissionQueue {
   #lastWaitMs = 1000;
   #lastWaitAt = 0;
 
-  constructor(options: { size: number; clock: Clock; timers: Timers }) {
+  readonly #withdraw: (payer: Payer) => void;
+  /** How soon the queue must ask again, while calls wait, for the cap's registrations to hold. */
+  #renewMs = Infinity;
+
+  constructor(options: { size: number; clock: Clock; timers: Timers; withdraw?: (payer: Payer) => void }) {
     this.#size = options.size;
     this.#clock = options.clock;
     this.#timers = options.timers;
+    this.#withdraw = options.withdraw ?? (() => {});
   }
 
   /** Calls waiting now. */
   get length(): number {
     return this.#length;
+  }
+
+  /** Payers the queue keeps state for: those waiting, and idle ones kept for their finish tags. */
+  get payers(): number {
+    return this.#flows.size;
   }
 
   /**
@@ -74,16 +115,17 @@ export class AdmissionQueue {
    * ahead, else when `maxWaitMs` runs out before the cap admits it (a call may end and free a
    * place sooner than the cap's estimate).
    */
-  async admit(payer: Payer, tryAdmit: () => Admission | Promise<Admission>, maxWaitMs: number): Promise<{ admission: Admission; waitedMs: number }> {
+  async admit(payer: Payer, tryAdmit: TryAdmit, maxWaitMs: number): Promise<{ admission: Admission; waitedMs: number }> {
     const started = this.#clock.now();
     if (this.#length === 0) {
-      const first = await tryAdmit();
+      const waits = maxWaitMs > 0 && this.#size > 0;
+      const first = await tryAdmit({ waits, waiting: [] });
       if (first.kind !== 'over_cap') {
         this.#served(this.#flow(payer), payer);
         return { admission: first, waitedMs: 0 };
       }
-      this.#estimate(first.waitMs);
-      if (maxWaitMs <= 0 || this.#size === 0) return { admission: first, waitedMs: 0 };
+      this.#estimate(first);
+      if (!waits) return { admission: first, waitedMs: 0 };
     } else if (maxWaitMs <= 0 || (this.#length >= this.#size && !this.#pushOut(payer))) {
       return { admission: { kind: 'over_cap', waitMs: this.#waitLeft() }, waitedMs: 0 };
     }
@@ -94,7 +136,7 @@ export class AdmissionQueue {
       if (flow.waiters.length === 0) flow.start = Math.max(this.#virtualTime, flow.finish);
       flow.waiters.push(waiter);
       this.#length++;
-      if (this.#length === 1) this.#scheduleWake(this.#lastWaitMs);
+      if (this.#length === 1) this.#scheduleWake(Math.min(this.#lastWaitMs, this.#renewMs));
       // A key that goes ahead of the waiting ones asks now, not at the wake-up set for them: in a
       // fleet the ask registers its turn in the shared cap, which another instance asking at the
       // window's end would otherwise take.
@@ -106,9 +148,13 @@ export class AdmissionQueue {
   /** A call of this instance ended: a slot may be free, so the next call asks again now. */
   wake(): void {
     if (this.#length === 0) return;
+    this.#cancelPendingWake();
+    void this.#pump();
+  }
+
+  #cancelPendingWake(): void {
     this.#cancelWake?.();
     this.#cancelWake = undefined;
-    void this.#pump();
   }
 
   #flow(payer: Payer): Flow {
@@ -126,18 +172,36 @@ export class AdmissionQueue {
     this.#virtualTime = Math.max(this.#virtualTime, start);
     flow.finish = start + 1 / payer.weight;
     flow.start = flow.finish;
-    if (this.#flows.size > 2 * this.#length + 64) this.#forgetIdle();
+    this.#bound();
   }
 
   /**
    * Flows with no call waiting whose finish the virtual time has passed are owed nothing. With
    * nobody waiting at all, none is: calls admitted at once, one payer after another, would
-   * otherwise keep an entry each for ever (pass-through keys are many).
+   * otherwise keep an entry each for ever (pass-through keys are many). Payers served once each
+   * while another waits leave finishes ahead of the virtual time, which stays at the waiting
+   * one's tag: if the idle flows still outnumber the bound, they all go, and a payer among them
+   * that comes back starts at the virtual time, a call ahead of where its finish said.
    */
-  #forgetIdle(): void {
+  #bound(): void {
+    if (this.#flows.size <= 2 * this.#length + IDLE_FLOWS) return;
     for (const [id, flow] of this.#flows) {
       if (flow.waiters.length === 0 && (flow.finish <= this.#virtualTime || this.#length === 0)) this.#flows.delete(id);
     }
+    if (this.#flows.size <= 2 * this.#length + IDLE_FLOWS) return;
+    for (const [id, flow] of this.#flows) if (flow.waiters.length === 0) this.#flows.delete(id);
+  }
+
+  /** The payers an ask names: those waiting here whatever the asking call's answer, lowest tags first. */
+  #waitingPayers(asking: Waiter): string[] {
+    const waiting: [number, string][] = [];
+    for (const [id, flow] of this.#flows) {
+      if (flow.waiters.length - (flow.waiters[0] === asking ? 1 : 0) > 0) waiting.push([flow.start, id]);
+    }
+    return waiting
+      .sort((a, b) => a[0] - b[0])
+      .slice(0, NAMED_PAYERS)
+      .map(([, id]) => id);
   }
 
   /** The flow whose turn is next: the lowest start tag, the earliest first call among equals. */
@@ -166,31 +230,39 @@ export class AdmissionQueue {
       if (tag > worstTag) [worst, worstTag] = [flow, tag];
     }
     if (worst === undefined || worstTag <= myTag) return false;
-    const refused = worst.waiters.pop()!;
-    this.#length--;
+    const refused = worst.waiters.at(-1)!;
+    this.#remove(refused, false);
     refused.cancelExpiry();
     refused.finish({ kind: 'over_cap', waitMs: this.#waitLeft() });
     return true;
   }
 
-  #remove(waiter: Waiter): void {
+  /** Takes `waiter` out of the queue; its payer is withdrawn when it leaves its last call unadmitted. */
+  #remove(waiter: Waiter, admitted: boolean): void {
     const flow = this.#flows.get(waiter.payer.id)!;
     flow.waiters.splice(flow.waiters.indexOf(waiter), 1);
     this.#length--;
+    if (flow.waiters.length === 0 && !admitted) this.#withdraw(waiter.payer);
+    // The wake was set for the estimate of a call that left: a call that starts waiting later
+    // sets its own, which may be much sooner (a reload or a fallback to this instance's own cap
+    // shortens waits), and a wake still pending would keep it from being set.
+    if (this.#length === 0) this.#cancelPendingWake();
     if (flow.waiters.length === 0 && flow.finish <= this.#virtualTime) this.#flows.delete(waiter.payer.id);
+    this.#bound();
   }
 
   #expire(waiter: Waiter): void {
     waiter.expired = true;
     // The pump may be asking the cap for it right now; the pump settles it with the answer.
     if (waiter === this.#asking) return;
-    this.#remove(waiter);
+    this.#remove(waiter, false);
     waiter.finish({ kind: 'over_cap', waitMs: this.#waitLeft() });
   }
 
-  #estimate(waitMs: number): void {
-    this.#lastWaitMs = waitMs;
+  #estimate(refusal: Admission & { kind: 'over_cap' }): void {
+    this.#lastWaitMs = refusal.waitMs;
     this.#lastWaitAt = this.#clock.now();
+    this.#renewMs = refusal.renewMs ?? Infinity;
   }
 
   /**
@@ -213,23 +285,35 @@ export class AdmissionQueue {
     if (this.#pumping) return;
     this.#pumping = true;
     try {
-      for (let flow = this.#next(); flow !== undefined; flow = this.#next()) {
+      /** Flows asked for because the cap said it was owed to them, once each per round. */
+      const owedAsked = new Set<Flow>();
+      let flow = this.#next();
+      while (flow !== undefined) {
         const head = flow.waiters[0]!;
         this.#asking = head;
-        const admission = await head.tryAdmit();
+        const admission = await head.tryAdmit({ waits: true, waiting: this.#waitingPayers(head) });
         this.#asking = undefined;
         if (admission.kind === 'over_cap') {
-          this.#estimate(admission.waitMs);
+          this.#estimate(admission);
           if (!head.expired) {
-            this.#scheduleWake(admission.waitMs);
+            // The fleet owes the cap to a payer waiting here, not at this queue's head: its call
+            // asks now, or the place would stay idle until that payer's turn lapsed.
+            const owed = admission.owed === undefined ? undefined : this.#flows.get(admission.owed);
+            if (owed !== undefined && owed !== flow && owed.waiters.length > 0 && !owedAsked.has(owed)) {
+              owedAsked.add(owed);
+              flow = owed;
+              continue;
+            }
+            this.#scheduleWake(Math.min(admission.waitMs, this.#renewMs));
             return;
           }
         } else {
           this.#served(flow, head.payer);
         }
-        this.#remove(head);
+        this.#remove(head, admission.kind === 'admitted');
         head.cancelExpiry();
         head.finish(admission);
+        flow = this.#next();
       }
     } finally {
       this.#asking = undefined;

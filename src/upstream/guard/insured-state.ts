@@ -208,6 +208,10 @@ export class InsuredProviderState implements ProviderState {
     else this.#redis.finish(upstream, leaseId, missed);
   }
 
+  withdraw(upstream: string, payer: string): void {
+    if (this.#upstream(upstream).state === 'closed') this.#redis.withdraw(upstream, payer);
+  }
+
   async stop(stop: Stop): Promise<void> {
     this.#memory.stop(stop);
     if (this.#upstream(stop.upstream).state === 'closed') await this.#redis.stop(stop);

@@ -121,6 +121,9 @@ export class MemoryProviderState implements ProviderState {
     for (const [key, budget] of this.#budgets) if (budget.endMs <= now) this.#budgets.delete(key);
   }
 
+  /** One process is no fleet: its fair queue is the admission queue's alone. */
+  withdraw(): void {}
+
   /** One process is no fleet: the throttle's own counts are the whole window. */
   exchange(): undefined {
     return undefined;

@@ -58,13 +58,31 @@ export interface AdmitQuery {
   readonly leaseMs: number;
   /** Who the call is for: the fleet's shared cap goes to the least-served waiting payer first. */
   readonly payer: Payer;
+  /**
+   * Whether this call waits when the cap refuses it, so that its payer's turn is registered in
+   * the fleet's fair queue; false for a call answered `over_cap` at once. Default true.
+   */
+  readonly waits?: boolean;
+  /**
+   * Payers with other calls waiting on this instance whatever this call's answer (this call's
+   * payer too when it has more): their fleet-wide turns are registered or renewed with this ask,
+   * and when the fleet owes the cap to one of them the answer names it (`owed`).
+   */
+  readonly waiting?: readonly string[];
 }
 
 /** The answer to one admission: call on `credential`, everyone is stopped, or wait for the cap. */
 export type Admission =
   | { readonly kind: 'admitted'; readonly credential: string }
   | { readonly kind: 'stopped'; readonly untilMs: number; readonly state: StopState }
-  | { readonly kind: 'over_cap'; readonly waitMs: number };
+  | {
+      readonly kind: 'over_cap';
+      readonly waitMs: number;
+      /** The fleet's registration of the payer's turn lapses unless an ask renews it within this. */
+      readonly renewMs?: number;
+      /** The cap has room, but the fleet owes it to this payer, which waits on this instance. */
+      readonly owed?: string;
+    };
 
 /**
  * A call one instance counts, with its marks on that instance's clock: in the rate log, the
@@ -142,6 +160,12 @@ export interface ProviderState extends OutcomeShare {
   /** Gives back a call counted by `spend` (its answer `spent`) that was not made after all. */
   refund(query: SpendQuery, spent: Spend): void;
   admit(query: AdmitQuery): Admission | Promise<Admission>;
+  /**
+   * The last call of `payer` waiting on this instance left without a place (its wait ran out,
+   * it was pushed out, or stopped): its turn in the fleet's fair queue goes with it, so the cap
+   * is not held for a payer nobody asks for.
+   */
+  withdraw(upstream: string, payer: string): void;
   /**
    * An admitted call has its answer. A call counts in the rate and quota windows from its
    * admission until a window after its answer (not after its start): the provider counts

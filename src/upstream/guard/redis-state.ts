@@ -1,4 +1,5 @@
 import type { RedisClient } from '../../redis/redis-client.js';
+import { IN_FLIGHT_POLL_MS } from './memory-state.js';
 import {
   CLOCK_GRANULARITY_MS,
   stopKeysFor,
@@ -28,16 +29,58 @@ import {
  * registered as waiting with its start tag (`max(virtual time, its last finish)`), and a place
  * under the cap goes only to the waiting payer with the lowest tag. So a crawler waiting on
  * instance A yields to an app waiting on instance B, whichever instance asks first. The token
- * the lower tag is owed stays in the bucket until its instance asks (at once, or when its wait
- * ends); a registration not renewed within its liveness lapses, so a payer whose instance went
- * away holds nothing back.
+ * the lower tag is owed stays in the bucket until its instance asks; an instance whose ask finds
+ * the cap owed to another payer waiting there is told which (`owed`) and asks for it next.
+ *
+ * A registration lives `FAIR_LIVENESS_MS` from the latest ask that named its payer: each ask
+ * renews the turns of the payers waiting on the asking instance (`waiting`), and an instance
+ * asks at least every `FAIR_RENEW_MS` while any call waits there. A payer whose last waiting call
+ * leaves without a place is withdrawn at once (`withdraw`); one whose instance went away or whose
+ * withdrawal was lost lapses within the liveness. So no payer is owed the cap for longer than
+ * that after its last waiting call left, on any instance.
  *
  * KEYS: bucket, rate log, quota log, leases, fair tags (hash), waiting payers (zset by tag),
  * their liveness (zset by expiry), then per candidate its stop keys (see ARGV).
  * ARGV: now, per-second rate (0: none), burst, window limit, window ms, quota (0: none),
  * quota window ms, max concurrent (0: none), lease id, lease ms, number of candidates,
- * stop keys per candidate, payer id, payer weight, then the candidate ids.
+ * stop keys per candidate, payer id, payer weight, whether the call waits if refused (1/0),
+ * then the candidate ids, then the ids of the payers waiting on the caller's instance.
  */
+/** How long a payer's registration in the fleet's fair queue lives without an ask renewing it. */
+export const FAIR_LIVENESS_MS = 1000;
+/** How often an instance with waiting calls asks at least, so their registrations never lapse. */
+export const FAIR_RENEW_MS = FAIR_LIVENESS_MS / 2;
+
+/**
+ * The fair queue's bookkeeping, shared by the admission and the withdrawal scripts (locals
+ * `fair`, `waiting`, `live` and the virtual time `vt` in scope). A payer's finish tag (`f:<id>`)
+ * matters only while it is ahead of the virtual time and someone waits: a payer that leaves
+ * with its finish behind the virtual time loses its field at once; when the last registration
+ * leaves (withdrawn or lapsed) nobody is owed anything and the hash goes; and it never holds more
+ * than `2 * (payers waiting) + 65` fields (the virtual time, and at most 64 more than twice the
+ * waiting payers of payers gone), so key churn cannot grow it.
+ */
+const FAIR_FUNCTIONS = `
+local function leave(id)
+  redis.call('ZREM', waiting, id)
+  redis.call('ZREM', live, id)
+  local f = tonumber(redis.call('HGET', fair, 'f:' .. id) or '-1')
+  if f >= 0 and f <= vt then redis.call('HDEL', fair, 'f:' .. id) end
+end
+local function tidy(left)
+  local n = redis.call('ZCARD', waiting)
+  if n == 0 and left then
+    redis.call('DEL', fair)
+    return
+  end
+  if redis.call('HLEN', fair) > 2 * n + 65 then
+    for _, field in ipairs(redis.call('HKEYS', fair)) do
+      if string.sub(field, 1, 2) == 'f:' and not redis.call('ZSCORE', waiting, string.sub(field, 3)) then redis.call('HDEL', fair, field) end
+    end
+  end
+end
+`;
+
 const ADMIT_SCRIPT = `
 local now = tonumber(ARGV[1])
 local ncand = tonumber(ARGV[11])
@@ -55,7 +98,7 @@ for i = 1, ncand do
       if t > now and t > u then u, st = t, string.sub(v, sp + 1) end
     end
   end
-  if u == 0 then chosen = ARGV[14 + i]; break end
+  if u == 0 then chosen = ARGV[15 + i]; break end
   if best_until == nil or u < best_until then best_until, best_state = u, st end
 end
 if chosen == nil then return {'stopped', string.format('%d', best_until), best_state} end
@@ -109,28 +152,53 @@ end
 
 local payer = ARGV[13]
 local fair, waiting, live = KEYS[5], KEYS[6], KEYS[7]
-for _, gone in ipairs(redis.call('ZRANGEBYSCORE', live, '-inf', rnow)) do
-  redis.call('ZREM', waiting, gone)
-  redis.call('ZREM', live, gone)
-end
 local vt = tonumber(redis.call('HGET', fair, 'v') or '0')
-local tag = tonumber(redis.call('ZSCORE', waiting, payer) or '-1')
-if tag < 0 then tag = math.max(vt, tonumber(redis.call('HGET', fair, 'f:' .. payer) or '0')) end
+${FAIR_FUNCTIONS}
+local stays = {}
+for i = 16 + ncand, #ARGV do stays[ARGV[i]] = true end
+local lapsed = false
+for _, gone in ipairs(redis.call('ZRANGEBYSCORE', live, '-inf', rnow)) do
+  if gone ~= payer and not stays[gone] then
+    leave(gone)
+    lapsed = true
+  end
+end
+local function tag_of(id)
+  local t = redis.call('ZSCORE', waiting, id)
+  if t then return tonumber(t) end
+  return math.max(vt, tonumber(redis.call('HGET', fair, 'f:' .. id) or '0'))
+end
+local expiry = rnow + ${FAIR_LIVENESS_MS}
+local function register(id, tag)
+  redis.call('ZADD', waiting, tag, id)
+  redis.call('ZADD', live, expiry, id)
+  redis.call('PEXPIRE', waiting, ${FAIR_LIVENESS_MS + 1000})
+  redis.call('PEXPIRE', live, ${FAIR_LIVENESS_MS + 1000})
+end
+for id in pairs(stays) do
+  if id ~= payer then register(id, tag_of(id)) end
+end
+local tag = tag_of(payer)
 local first = redis.call('ZRANGE', waiting, 0, 0, 'WITHSCORES')
 local owed = first[1] ~= nil and first[1] ~= payer and tonumber(first[2]) < tag
 if wait > 0 or owed then
+  if ARGV[15] == '1' or stays[payer] then register(payer, tag) end
+  tidy(lapsed)
+  if wait == 0 and stays[first[1]] then return {'owed', first[1]} end
   -- Another payer's turn: look again soon, in case its instance does not come for the place.
   if wait == 0 then wait = 25 end
-  redis.call('ZADD', waiting, tag, payer)
-  redis.call('ZADD', live, rnow + math.max(1000, 2 * wait), payer)
-  redis.call('PEXPIRE', waiting, math.max(1000, 2 * wait) + 1000)
-  redis.call('PEXPIRE', live, math.max(1000, 2 * wait) + 1000)
   return {'wait', string.format('%d', math.max(1, wait))}
 end
-redis.call('HSET', fair, 'v', string.format('%.17g', math.max(vt, tag)), 'f:' .. payer, string.format('%.17g', tag + 1 / tonumber(ARGV[14])))
+local finish = tag + 1 / tonumber(ARGV[14])
+redis.call('HSET', fair, 'v', string.format('%.17g', math.max(vt, tag)), 'f:' .. payer, string.format('%.17g', finish))
 redis.call('PEXPIRE', fair, 3600000)
-redis.call('ZREM', waiting, payer)
-redis.call('ZREM', live, payer)
+if stays[payer] then
+  register(payer, finish)
+else
+  redis.call('ZREM', waiting, payer)
+  redis.call('ZREM', live, payer)
+end
+tidy(lapsed)
 
 local lease = ARGV[9]
 local lease_ms = tonumber(ARGV[10])
@@ -220,6 +288,19 @@ return 1
 /** Calls per write-back script: a long quota window's calls go in several, none of them huge. */
 const WRITE_BACK_BATCH = 1000;
 
+/**
+ * A payer's last call waiting on the caller's instance left without a place: its registration
+ * goes (see FAIR_FUNCTIONS). KEYS fair tags, waiting payers, their liveness; ARGV payer id.
+ */
+const WITHDRAW_SCRIPT = `
+local fair, waiting, live = KEYS[1], KEYS[2], KEYS[3]
+local vt = tonumber(redis.call('HGET', fair, 'v') or '0')
+${FAIR_FUNCTIONS}
+leave(ARGV[1])
+tidy(true)
+return 1
+`;
+
 /** Deletes a stop only if it is of the given state. KEYS[1] stop; ARGV state. */
 const LIFT_SCRIPT = `
 local v = redis.call('GET', KEYS[1])
@@ -299,12 +380,14 @@ const LIFT = 'perchLiftStop';
 const FINISH = 'perchFinishCall';
 const STOP = 'perchStopCalls';
 const WRITE_BACK = 'perchWriteBackCalls';
+const WITHDRAW = 'perchWithdrawPayer';
 
 interface WithScripts {
   [ADMIT](...args: (string | number)[]): Promise<[string, string, string?]>;
   [STOP](key: string, until: string, state: string, ttl: number): Promise<number>;
   [FINISH](recent: string, quota: string, leases: string, lease: string): Promise<number>;
   [LIFT](key: string, state: string): Promise<number>;
+  [WITHDRAW](fair: string, waiting: string, live: string, payer: string): Promise<number>;
   [OUTCOMES](key: string, ...args: (string | number)[]): Promise<[number, number, number]>;
   [SPEND](key: string, limit: number, ttlMs: number): Promise<[number, number]>;
   [REFUND](key: string): Promise<number>;
@@ -331,6 +414,7 @@ export class RedisProviderState implements ProviderState {
     client.defineCommand(STOP, { numberOfKeys: 1, lua: STOP_SCRIPT });
     client.defineCommand(FINISH, { numberOfKeys: 3, lua: FINISH_SCRIPT });
     client.defineCommand(LIFT, { numberOfKeys: 1, lua: LIFT_SCRIPT });
+    client.defineCommand(WITHDRAW, { numberOfKeys: 3, lua: WITHDRAW_SCRIPT });
     client.defineCommand(OUTCOMES, { numberOfKeys: 1, lua: OUTCOMES_SCRIPT });
     client.defineCommand(SPEND, { numberOfKeys: 1, lua: SPEND_SCRIPT });
     client.defineCommand(REFUND, { numberOfKeys: 1, lua: REFUND_SCRIPT });
@@ -368,13 +452,22 @@ export class RedisProviderState implements ProviderState {
       per,
       query.payer.id,
       query.payer.weight,
+      query.waits === false ? 0 : 1,
       ...query.candidates,
+      ...(query.waiting ?? []),
     ];
     // The script takes a variable number of keys, so their count leads the arguments.
     const [kind, a, b] = await this.#scripts[ADMIT](keys.length, ...keys, ...args);
     if (kind === 'ok') return { kind: 'admitted', credential: a };
     if (kind === 'stopped') return { kind: 'stopped', untilMs: Number(a), state: b as StopState };
-    return { kind: 'over_cap', waitMs: Number(a) };
+    if (kind === 'owed') return { kind: 'over_cap', waitMs: IN_FLIGHT_POLL_MS, renewMs: FAIR_RENEW_MS, owed: a };
+    return { kind: 'over_cap', waitMs: Number(a), renewMs: FAIR_RENEW_MS };
+  }
+
+  withdraw(upstream: string, payer: string): void {
+    const base = this.upstreamKey(upstream);
+    // Not awaited, as finish: a lost withdrawal holds the payer's turn until it lapses.
+    this.#scripts[WITHDRAW](`${base}:fair`, `${base}:fairq`, `${base}:fairlive`, payer).catch(() => undefined);
   }
 
   finish(upstream: string, leaseId: string, lost?: () => void): void {
