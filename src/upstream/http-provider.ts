@@ -5,7 +5,7 @@ import { ownedBytes } from '../bytes.js';
 import type { EndpointRequest } from '../endpoints.js';
 import { providerLimit } from './provider-limit.js';
 import { rateLimitUntil } from './retry-after.js';
-import { secondsUntil, type Attempt, type Provider, type UpstreamFailure, type UpstreamResult } from './upstream.js';
+import { msLeft, secondsUntil, type Attempt, type Provider, type UpstreamFailure, type UpstreamResult } from './upstream.js';
 
 export interface HttpProviderOptions {
   readonly clock: Clock;
@@ -60,7 +60,8 @@ export function createHttpProvider(name: string, config: V1UpstreamConfig | XV2U
     const { request, credential } = attempt;
     const known = dialect.known?.(request);
     if (known !== undefined) return known;
-    const timeoutMs = Math.min(config.timeout_ms, Math.max(1, Math.floor(attempt.deadline - performance.now())));
+    const left = Math.max(1, msLeft(attempt.deadline));
+    const timeoutMs = Math.min(config.timeout_ms, left);
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), timeoutMs);
     // A credential not configured is a client's own key (pass-through): its headers only.
@@ -73,7 +74,10 @@ export function createHttpProvider(name: string, config: V1UpstreamConfig | XV2U
       const result = await classify(request, response, config, dialect, now);
       return limit === undefined ? result : { ...result, limit };
     } catch (error) {
-      if (abort.signal.aborted) return { kind: 'timeout', reason: `no complete answer within ${timeoutMs} ms` };
+      if (abort.signal.aborted) {
+        const reason = `no complete answer within ${timeoutMs} ms`;
+        return timeoutMs < config.timeout_ms ? { kind: 'timeout', reason: `${reason}, what was left of the miss deadline`, deadline: true } : { kind: 'timeout', reason };
+      }
       return { kind: 'failed', failure: 'connection', reason: describe(error) };
     } finally {
       clearTimeout(timer);
