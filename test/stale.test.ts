@@ -2,7 +2,9 @@ import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { ConfigError, parseConfig } from '../src/config/load.js';
 import { ManualClock } from './helpers/clock.js';
-import { startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
+import { KEY, startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
+import { sampleUser } from './helpers/sample-bodies.js';
+import { startTcpProxy } from './helpers/tcp-proxy.js';
 import { startRedis } from './helpers/redis-server.js';
 import { json, sampleProvider, startUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
 
@@ -93,6 +95,57 @@ test('a stale entry in Redis is served stale by an instance with empty memory', 
   assert.equal(response.headers.get('cache-status'), 'perch; fwd=stale; ttl=-5');
   assert.equal(response.headers.get('age'), '305');
   await waitFor(() => upstream.requests.length === 2);
+});
+
+test('a Redis read that returns after a refresh landed never brings the older entry back (issue 50)', { timeout: 30_000 }, async (t) => {
+  const clock = new ManualClock();
+  const redis = await startRedis(t);
+  // The cache's Redis through a relay that can hold its replies; the token buckets on Redis directly.
+  const proxy = await startTcpProxy(t, redis.port);
+  let version = 0;
+  const answers: (() => void)[] = [];
+  const upstream = await startUpstream(t, (req, res) => {
+    const body = { ...sampleUser('1', 'alice'), followers_count: ++version };
+    answers.push(() => json(200, body)(req, res));
+  });
+  const yaml = testConfig(
+    v1('main', upstream.url),
+    `cache: { ttl_seconds: { user: 300 }, redis: { url: "${proxy.url}", command_timeout_ms: 10000 } }\nrate_limits_redis: { url: "${redis.url}" }`,
+  );
+  const perch = await startPerch(t, yaml, { clock });
+  await waitFor(() => perch.cache.redisConnected === true);
+  const followers = async (res: Response) => (JSON.parse(await res.text()) as { followers_count: number }).followers_count;
+  const get = () => fetch(`${perch.url}/v1/users/1`, { headers: { 'x-api-key': KEY } });
+
+  const first = get();
+  await waitFor(() => answers.length === 1);
+  answers.shift()!();
+  assert.equal(await followers(await first), 1);
+  await perch.cache.settled();
+  clock.advance(301_000);
+  // R1 is served the stale entry and starts the refresh, whose answer the provider holds.
+  const r1 = await get();
+  assert.equal(r1.headers.get('cache-status'), 'perch; fwd=stale; ttl=-1');
+  assert.equal(await followers(r1), 1);
+  await waitFor(() => answers.length === 1);
+  // R2's Redis GET goes out and Redis answers it with the old entry, held in the relay.
+  const heldBytes = proxy.hold();
+  const r2 = get();
+  await waitFor(() => heldBytes() > 0);
+  // The refresh lands in memory; R3 is a fresh memory hit on it.
+  answers.shift()!();
+  await waitFor(() => perch.cache.local('/v1/users/1')?.fresh === true);
+  const r3 = await get();
+  assert.equal(r3.headers.get('cache-status'), 'perch; hit; ttl=300');
+  assert.equal(await followers(r3), 2);
+  // Then R2's reply comes back: the older entry, which must serve no one now.
+  proxy.release();
+  assert.equal(await followers(await r2), 2);
+  const r4 = await get();
+  assert.equal(r4.headers.get('cache-status'), 'perch; hit; ttl=300');
+  assert.equal(await followers(r4), 2);
+  await perch.cache.settled();
+  assert.equal(upstream.requests.length, 2, 'no second refresh');
 });
 
 test('cache.stale_seconds: default 600, an integer from 0 to 86400', () => {

@@ -121,8 +121,12 @@ export class ReadThrough {
     if (local?.fresh === true) return this.#hit(local.entry, 'memory');
     let stale = local?.entry;
     const remote = verified ? await this.#remote(request.path, trace) : undefined;
-    if (remote?.fresh === true) return this.#hit(remote.entry, 'redis');
-    if (remote !== undefined && (stale === undefined || remote.entry.storedAt > stale.storedAt)) stale = remote.entry;
+    // Memory is read again after the await: a refresh may have landed while Redis answered, and
+    // a client served the newer answer must never see the older one after it (issue 50).
+    const landed = verified ? cache.local(request.path) : undefined;
+    const newest = landed !== undefined && (remote === undefined || landed.entry.storedAt > remote.entry.storedAt) ? landed : remote;
+    if (newest?.fresh === true) return this.#hit(newest.entry, newest === remote ? 'redis' : 'memory');
+    if (newest !== undefined && (stale === undefined || newest.entry.storedAt > stale.storedAt)) stale = newest.entry;
     if (stale !== undefined) return this.#revalidate(request, client, stale, trace);
 
     // Pass-through: one flight per key, so a key never receives the answer to another key's call.
