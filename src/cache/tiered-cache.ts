@@ -123,6 +123,16 @@ export class TieredCache {
     return { accepted, settled };
   }
 
+  /**
+   * Drops one key from both tiers: an answer about the request itself (a rejected cursor) ended
+   * its entry. Resolves once Redis deleted it or gave up; never rejects.
+   */
+  async drop(key: string): Promise<void> {
+    this.memory.delete(key);
+    const redis = this.#redis;
+    if (redis !== undefined) await redis.guard.run('del', redis.store.redisKey(key), () => redis.store.delete(key));
+  }
+
   /** Resolves once every store begun so far has settled (its variants made, Redis written). */
   async settled(): Promise<void> {
     await Promise.all(this.#pending);
