@@ -34,6 +34,8 @@ test('the stop time comes from an HTTP date, else x-rate-limit-reset, else retry
     [{ 'retry-after': new Date(Date.UTC(2026, 0, 1) + 45_000).toUTCString() }, '', 45],
     [{ 'x-rate-limit-reset': String(Date.UTC(2026, 0, 1) / 1000 + 120) }, '', 120],
     [{}, 'retry_after_default_seconds: 42', 42],
+    // Not delay-seconds nor an IMF-fixdate: the valid reset beside it decides (issue 50).
+    [{ 'retry-after': '1.5', 'x-rate-limit-reset': String(Date.UTC(2026, 0, 1) / 1000 + 90) }, '', 90],
   ];
   for (const [headers, extra, seconds] of cases) {
     const { clock, upstream, perch } = await guardedUpstream(t, limitedOnce(headers), extra);
