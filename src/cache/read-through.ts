@@ -144,13 +144,17 @@ export class ReadThrough {
     // No upstream: another instance fetched it, and this flight read the result from Redis.
     const viaRedis = fetched.upstream === undefined;
     const outcome = flight.leader && !viaRedis ? 'miss' : 'coalesced';
+    // Another instance's entry, read from Redis: cached as much as a hit on it, so it is reused
+    // for what is left of its TTL, with its true Age (issue 50: every such follower got max-age=0).
+    const shared = viaRedis && fetched.entry !== undefined ? this.#hit(fetched.entry, 'redis') : undefined;
     return {
       outcome,
       status: fetched.status,
       body: fetched.body,
       ...(fetched.entry?.status === 200 ? { entry: fetched.entry } : {}),
       cacheStatus: forwardCacheStatus(outcome, fetched.stored, viaRedis),
-      maxAgeSeconds: fetched.stored ? config.cache.ttl_seconds[request.endpoint] : 0,
+      ...(shared === undefined ? {} : { ageSeconds: shared.ageSeconds }),
+      maxAgeSeconds: fetched.stored ? config.cache.ttl_seconds[request.endpoint] : (shared?.maxAgeSeconds ?? 0),
       ...(fetched.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: fetched.retryAfterSeconds }),
       ...(fetched.upstream === undefined ? {} : { upstream: fetched.upstream }),
       ...(flight.leader ? { upstreamMs: fetched.upstreamMs, upstreamCall: fetched.called === true } : {}),
