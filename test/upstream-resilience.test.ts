@@ -226,3 +226,10 @@ test('a call the miss deadline cut short counts against no breaker: the upstream
   assert.equal(await metric(perch, 'perch_upstream_breaker_state{upstream="backup",state="closed"}'), 1);
   assert.equal((await perch.request('/v1/tweets/1')).status, 200);
 });
+
+test('a miss_deadline_ms under 500 ms keeps a tenth of it as the floor: its first call still goes out', { timeout: 10_000 }, async (t) => {
+  const upstream = await startUpstream(t, sampleProvider);
+  const perch = await startPerch(t, withDeadline(testConfig(v1('main', upstream.url)), 40));
+  assert.equal((await perch.request('/v1/users/1')).status, 200);
+  assert.equal(upstream.requests.length, 1);
+});

@@ -3,7 +3,7 @@ import type { ProviderProtectionConfig } from '../config/types.js';
 import { wait, type Timers } from '../timers.js';
 import type { RetryDecision, UpstreamEvents } from './events.js';
 import { SlidingCounts } from './sliding-counts.js';
-import { MIN_CALL_MS, type Attempt, type Layer, type UpstreamResult } from './upstream.js';
+import { floorOf, type Attempt, type Layer, type UpstreamResult } from './upstream.js';
 
 export interface RetryOptions {
   readonly upstream: string;
@@ -39,7 +39,7 @@ function isRetryable(result: UpstreamResult): boolean {
 /**
  * Retries a retryable failure on the same upstream, at most `retries` times per request, with
  * full-jitter exponential backoff (a random wait up to `retry_backoff_ms * 2^n`, capped at
- * `retry_backoff_max_ms`), never past the request's deadline (`MIN_CALL_MS` of it must be left
+ * `retry_backoff_max_ms`), never past the request's deadline (`MIN_CALL_MS` of it, `Attempt.minCallMs`, must be left
  * when the retry starts), and only while the retries of the
  * last 10 seconds, this one counted, stay within `max(floor, retry_budget_percent% of the
  * requests)`: a provider failing every call sees at most that share more calls, never a storm.
@@ -67,7 +67,7 @@ export function createRetry(options: RetryOptions): Layer {
     if (retried >= config.retries) return 'exhausted';
     // The retry must start with time to be answered, or it is a call the provider bills and
     // perch abandons.
-    if (monotonic() + backoffMs + MIN_CALL_MS > attempt.deadline) return 'no_time';
+    if (monotonic() + backoffMs + floorOf(attempt) > attempt.deadline) return 'no_time';
     const now = clock.now();
     const [requests, retries] = window.totals(now);
     // Counting this retry, so the window never holds more than the budget: a share of 20% is at

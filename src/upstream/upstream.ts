@@ -23,7 +23,7 @@ export interface ProviderLimit {
  *   it would likely fail too (throttle.ts);
  * - `no_credential`: every credential was rejected (401/403) and left the rotation;
  * - `budget_spent`: the client key's plan allows no more provider calls in this calendar window;
- * - `no_time`: less than `MIN_CALL_MS` of the miss deadline was left, too little for any answer:
+ * - `no_time`: less than `MIN_CALL_MS` of the miss deadline was left (`callFloorMs`), too little for any answer:
  *   the client is told 504 (the miss ran out of time), and the upstream is charged nothing.
  */
 export type RefusalReason = 'cooling_down' | 'usage_capped' | 'over_cap' | 'breaker_open' | 'throttled' | 'no_credential' | 'budget_spent' | 'no_time';
@@ -36,6 +36,19 @@ export type RefusalReason = 'cooling_down' | 'usage_capped' | 'over_cap' | 'brea
  * continent and far below any `timeout_ms` worth configuring.
  */
 export const MIN_CALL_MS = 50;
+
+/**
+ * The floor for a `miss_deadline_ms`: `MIN_CALL_MS`, or a tenth of a deadline shorter than
+ * 500 ms, so that a deadline configured that short still lets its first call out.
+ */
+export function callFloorMs(deadlineMs: number): number {
+  return Math.min(MIN_CALL_MS, Math.floor(deadlineMs / 10));
+}
+
+/** The floor an attempt carries, `MIN_CALL_MS` where none was set. */
+export function floorOf(attempt: Attempt): number {
+  return attempt.minCallMs ?? MIN_CALL_MS;
+}
 
 /** Whole milliseconds left before `deadline` (`performance.now()` time); negative once past. */
 export function msLeft(deadline: number): number {
@@ -102,6 +115,8 @@ export interface Attempt {
   readonly request: EndpointRequest;
   /** `performance.now()` by which every layer must be done: queue, retries and the exchange. */
   readonly deadline: number;
+  /** The least of the deadline that must be left to start a call (`callFloorMs`); absent: `MIN_CALL_MS`. */
+  readonly minCallMs?: number;
   /**
    * Pass-through auth: the client's own key, sent in place of a configured credential, and the
    * id that names it in logs and provider stops.
