@@ -144,6 +144,27 @@ test('a refresh the provider answers 400 on the cursor ends stale serving: 600 s
   assert.equal((await perch.request(path)).headers.get('cache-status'), 'perch; hit; ttl=60');
 });
 
+test('a refresh rejected on its cursor drops the entry from Redis too: another instance does not serve it stale', async (t) => {
+  const clock = new ManualClock();
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const yaml = testConfig(v1('main', upstream.url), `cache: { ttl_seconds: { tweets: 60 }, redis: { url: "${redis.url}" } }`);
+  const a = await startPerch(t, yaml, { clock });
+  await waitFor(() => a.cache.redisConnected === true);
+  const path = '/v1/users/1/tweets?cursor=abc';
+  assert.equal((await a.request(path)).status, 200);
+  clock.advance(61_000);
+  upstream.behaviour = json(400, {});
+  assert.equal((await a.request(path)).headers.get('cache-status'), 'perch; fwd=stale; ttl=-1');
+  await waitFor(() => a.logs.lines().some((l) => l.msg === 'refresh rejected by the provider: stale entry dropped'));
+  const b = await startPerch(t, yaml, { clock });
+  await waitFor(() => b.cache.redisConnected === true);
+  await waitFor(async () => (await b.cache.remote(path)) === undefined);
+  const res = await b.request(path);
+  assert.deepEqual([res.status, res.headers.get('cache-status')], [400, 'perch; fwd=miss']);
+  assert.equal(upstream.requests.length, 3);
+});
+
 test('past TTL plus stale_seconds the entry is gone: a plain miss', async (t) => {
   const { clock, upstream, perch } = await setup(t);
   await perch.request('/v1/users/1');
