@@ -99,3 +99,37 @@ test('pipelined requests still queued when their client goes leave too (Node 20 
   await waitFor(() => grace.open === 0);
   for (const answer of held) answer();
 });
+
+test('after the traffic mix changes, the bodies hold the regions cut plus the entries outside the pool: within 2x max_bytes, as stated', { timeout: 60_000 }, () => {
+  // Issue 50's fills: 200k entries of 300 B, then 4k of 30 KB, into 64 MiB.
+  const maxBytes = 64 * 1024 * 1024;
+  const store = new MemoryStore({ maxBytes, clock: new ManualClock() });
+  const small = Buffer.alloc(300, 1);
+  const large = Buffer.alloc(30_000, 2);
+  const fill = (prefix: string, count: number, body: Buffer) => {
+    for (let i = 0; i < count; i++) store.set(`/${prefix}/${i}`, newEntry({ status: 200, body, storedAt: 0, ttlMs: 60_000, generation: { all: 0, scope: 0 } }), 60_000);
+  };
+  fill('small', 200_000, small);
+  const mixOne = store.slabs;
+  // Every entry in a 320-byte region, nothing outside the pool; while the mix holds, regions are
+  // reused at once (no request open), and only the few left when longer keys let fewer entries
+  // fit are idle.
+  assert.equal(mixOne.ownBytes, 0);
+  assert.equal(mixOne.inUseBytes, store.size().entries * 320);
+  assert.equal((mixOne.cutBytes - mixOne.inUseBytes) / 320, 162);
+  fill('large', 4000, large);
+  const mixTwo = store.slabs;
+  const { entries, bytes: charged } = store.size();
+  assert.ok(charged <= maxBytes);
+  // The small regions stay cut and idle; the large entries fill the rest of the reservation
+  // (30,720-byte regions), then take memory of their own.
+  assert.equal(mixTwo.cutBytes - mixTwo.inUseBytes, mixOne.cutBytes);
+  const inRegions = mixTwo.inUseBytes / 30_720;
+  assert.equal(mixTwo.ownBytes, (entries - inRegions) * 30_000);
+  assert.equal(mixTwo.cutBytes, mixOne.cutBytes + mixTwo.inUseBytes);
+  assert.ok(mixTwo.cutBytes <= maxBytes);
+  const held = mixTwo.cutBytes + mixTwo.ownBytes;
+  assert.ok(held <= 2 * maxBytes, `${held} bytes held`);
+  // The figures of the issue: about 22 MB idle, about 1.3x max_bytes held.
+  assert.deepEqual([Math.round(mixOne.cutBytes / 1e6), Math.round((held / maxBytes) * 10) / 10], [22, 1.3]);
+});

@@ -81,12 +81,15 @@ test('perch_cache_slab_* show the pool: regions cut, regions held back by an ope
     return {
       reserved: sample(text, 'perch_cache_slab_bytes{state="reserved"}'),
       cut: sample(text, 'perch_cache_slab_bytes{state="cut"}'),
+      inUse: sample(text, 'perch_cache_slab_bytes{state="in_use"}'),
+      idle: sample(text, 'perch_cache_slab_bytes{state="idle"}'),
+      own: sample(text, 'perch_cache_slab_bytes{state="own"}'),
       waiting: sample(text, 'perch_cache_slab_regions_waiting'),
       full: sample(text, 'perch_cache_slab_own_memory_stores_total{reason="full"}'),
       tooLarge: sample(text, 'perch_cache_slab_own_memory_stores_total{reason="too_large"}'),
     };
   };
-  assert.deepEqual(await scraped(), { reserved: 1_048_576, cut: 0, waiting: 0, full: 0, tooLarge: 0 });
+  assert.deepEqual(await scraped(), { reserved: 1_048_576, cut: 0, inUse: 0, idle: 0, own: 0, waiting: 0, full: 0, tooLarge: 0 });
   memory.set('/large', entry(300_000), 60_000);
   memory.delete('/large');
   // 60,000-byte bodies take 61,440-byte regions: 17 fit in the reservation. A request held open
@@ -94,7 +97,10 @@ test('perch_cache_slab_* show the pool: regions cut, regions held back by an ope
   const open = memory.grace.enter();
   for (let i = 0; i < 20; i++) memory.set(`/k${String(i).padStart(2, '0')}`, entry(60_000), 60_000);
   const held = await scraped();
-  assert.deepEqual(held, { reserved: 1_048_576, cut: 17 * 61_440, waiting: memory.evictions, full: 3, tooLarge: 1 });
+  // 13 entries in regions, the 3 stored when none was free outside the pool, and the 4 regions
+  // of the entries evicted meanwhile idle, waiting for the open request.
+  assert.deepEqual(held, { reserved: 1_048_576, cut: 17 * 61_440, inUse: 13 * 61_440, idle: 4 * 61_440, own: 3 * 60_000, waiting: 4, full: 3, tooLarge: 1 });
+  assert.equal(memory.evictions, 4);
   assert.ok(memory.evictions > 0);
   memory.grace.leave(open);
   // The scrapes are requests too: the last one's response may close just after its body arrived.

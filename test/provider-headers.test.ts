@@ -14,6 +14,20 @@ test('rateLimitUntil: Retry-After seconds, HTTP date, x-rate-limit-reset, then t
   assert.equal(rateLimitUntil('5', String(NOW / 1000 + 120), NOW, 60), NOW + 5_000);
 });
 
+test('rateLimitUntil: only delay-seconds and IMF-fixdate are a Retry-After; anything else yields to x-rate-limit-reset', { timeout: 5000 }, () => {
+  const reset = String(NOW / 1000 + 120);
+  // Each of these Date.parse reads as a date, and each was a 1 s stop hiding the reset beside it.
+  for (const lenient of ['1.5', '-1', '+60', '2026-01-01', 'Thursday, 01-Jan-26 12:00:45 GMT', 'Thu Jan  1 12:00:45 2026', '1 Jan 2026 12:00:45 GMT']) {
+    assert.equal(rateLimitUntil(lenient, reset, NOW, 60), NOW + 120_000, lenient);
+  }
+  // Well-formed but not a real instant: a 31st of February, a 24th hour, the wrong weekday.
+  for (const impossible of ['Sat, 31 Feb 2026 12:00:00 GMT', 'Thu, 01 Jan 2026 24:00:00 GMT', 'Fri, 01 Jan 2026 12:00:45 GMT']) {
+    assert.equal(rateLimitUntil(impossible, reset, NOW, 60), NOW + 120_000, impossible);
+  }
+  assert.equal(rateLimitUntil('Thu, 01 Jan 2026 12:00:45 GMT', reset, NOW, 60), NOW + 45_000);
+  assert.equal(rateLimitUntil(' 7 ', reset, NOW, 60), NOW + 7_000);
+});
+
 test('rateLimitUntil: at least one second and at most a day ahead', { timeout: 5000 }, () => {
   assert.equal(rateLimitUntil('0', undefined, NOW, 60), NOW + 1000);
   assert.equal(rateLimitUntil(undefined, String(NOW / 1000 - 50), NOW, 60), NOW + 1000);

@@ -158,6 +158,9 @@ test('2 instances x 50 concurrent identical misses make exactly 1 upstream reque
   assert.equal(statuses.filter((s) => s === 'perch; fwd=miss; stored').length, 1);
   assert.equal(statuses.filter((s) => s === 'perch; fwd=miss; collapsed; stored').length, 49);
   assert.equal(statuses.filter((s) => s === 'perch; fwd=miss; collapsed; detail=redis').length, 50);
+  // Cached either way: B's requests, answered with A's entry from Redis, may be reused as long.
+  assert.deepEqual(new Set(results.map((r) => r.headers.get('cache-control'))), new Set(['private, max-age=60']));
+  assert.deepEqual(results.slice(50).map((r) => r.headers.get('age')), Array(50).fill('0'));
 });
 
 test('a lease left by a crashed holder delays a miss only until it expires', async (t) => {

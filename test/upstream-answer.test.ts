@@ -28,11 +28,12 @@ test('an upstream 429 is 429 E429 with Retry-After in whole seconds to the stop,
   assert.deepEqual(seen('user', result), { status: 429, body: error('E429', 'Rate limit exceeded. Please try again later.'), retryAfter: 5, ttl: undefined });
 });
 
-test('refusals that are a wait are 429 with their Retry-After; the others are 502', () => {
+test('refusals that are a wait are 429 with their Retry-After; a miss out of time 504; the others are 502', () => {
   const wait: RefusalReason[] = ['cooling_down', 'usage_capped', 'over_cap', 'budget_spent'];
   const broken: RefusalReason[] = ['breaker_open', 'throttled', 'no_credential'];
   for (const reason of wait) assert.deepEqual([reason, seen('user', { kind: 'refused', reason, retryAfterSeconds: 7 }).status, seen('user', { kind: 'refused', reason, retryAfterSeconds: 7 }).retryAfter], [reason, 429, 7]);
   for (const reason of broken) assert.deepEqual(seen('user', { kind: 'refused', reason, retryAfterSeconds: 7 }), { status: 502, body: error('E502', 'Upstream error'), retryAfter: undefined, ttl: undefined });
+  assert.deepEqual(seen('user', { kind: 'refused', reason: 'no_time', retryAfterSeconds: 1 }), { status: 504, body: error('E504', 'Upstream timeout'), retryAfter: undefined, ttl: undefined });
 });
 
 test('a rejected credential is 502 for perch\'s own and 401 for a pass-through key; a timeout is 504; a bad cursor 400', () => {

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { brotliCompressSync, deflateSync, gzipSync } from 'node:zlib';
 import { ManualClock } from './helpers/clock.js';
 import { startPerch, testConfig, v1 } from './helpers/perch.js';
 import { sampleUser } from './helpers/sample-bodies.js';
@@ -157,6 +158,42 @@ test('an unexpected upstream status (e.g. 302, 418) is 502 E502', async (t) => {
     const res = await perch.request('/v1/users/1');
     assert.deepEqual([res.status, res.json()], [502, E502]);
     assertNoLeak(res);
+  }
+});
+
+test('a redirect is 502 E502, and the log names its target', async (t) => {
+  const { perch } = await setup(t, json(301, {}, { location: 'https://api.example/v1/users/1' }));
+  const res = await perch.request('/v1/users/1');
+  assert.deepEqual([res.status, res.json()], [502, E502]);
+  const line = perch.logs.lines().find((l) => l.msg === 'upstream failed');
+  assert.equal(line?.reason, "status 301: redirect to https://api.example/v1/users/1 (perch follows none: fix the upstream's url)");
+});
+
+test('a gzip, br or deflate body from the provider is decoded; an unknown coding or one past max_body_bytes decoded is 502', async (t) => {
+  const user = Buffer.from(JSON.stringify(sampleUser('1', 'alice')));
+  const encoded = (coding: string, bytes: Buffer): UpstreamBehaviour => (_req, res) => {
+    res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': coding, 'content-length': bytes.length });
+    res.end(bytes);
+  };
+  for (const [coding, bytes] of [['gzip', gzipSync(user)], ['br', brotliCompressSync(user)], ['deflate', deflateSync(user)], ['GZIP', gzipSync(user)]] as const) {
+    const { perch } = await setup(t, encoded(coding, bytes));
+    const res = await perch.request('/v1/users/1');
+    assert.deepEqual([res.status, res.json().username], [200, 'alice'], coding);
+    // Stored decoded: the cache serves the provider's JSON, whatever coding it came in.
+    assert.equal((await perch.request('/v1/users/1', { headers: { 'accept-encoding': 'identity' } })).json().username, 'alice');
+  }
+  // 2 KB of JSON text past 8 KB of padding compresses far below max_body_bytes, and expands past it.
+  const bomb = gzipSync(Buffer.from(JSON.stringify({ ...sampleUser('1', 'x'), padding: ' '.repeat(8192) })));
+  const cases: [UpstreamBehaviour, string][] = [
+    [encoded('compress', user), 'content-encoding compress is not one perch decodes (gzip, br, deflate)'],
+    [encoded('gzip', user), 'a gzip body that does not decode'],
+    [encoded('gzip', bomb), 'body larger than 4096 bytes once gzip-decoded'],
+  ];
+  for (const [behaviour, reason] of cases) {
+    const { perch } = await setup(t, behaviour, 'max_body_bytes: 4096');
+    const res = await perch.request('/v1/users/1');
+    assert.deepEqual([res.status, res.json()], [502, E502], reason);
+    assert.equal(perch.logs.lines().find((l) => l.msg === 'upstream failed')?.reason, reason);
   }
 });
 

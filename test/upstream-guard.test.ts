@@ -34,6 +34,8 @@ test('the stop time comes from an HTTP date, else x-rate-limit-reset, else retry
     [{ 'retry-after': new Date(Date.UTC(2026, 0, 1) + 45_000).toUTCString() }, '', 45],
     [{ 'x-rate-limit-reset': String(Date.UTC(2026, 0, 1) / 1000 + 120) }, '', 120],
     [{}, 'retry_after_default_seconds: 42', 42],
+    // Not delay-seconds nor an IMF-fixdate: the valid reset beside it decides (issue 50).
+    [{ 'retry-after': '1.5', 'x-rate-limit-reset': String(Date.UTC(2026, 0, 1) / 1000 + 90) }, '', 90],
   ];
   for (const [headers, extra, seconds] of cases) {
     const { clock, upstream, perch } = await guardedUpstream(t, limitedOnce(headers), extra);
@@ -147,4 +149,40 @@ test('max_concurrent lets the next miss through only when a call ends', { timeou
   await waitFor(() => upstream.requests.length === 2);
   held.shift()!();
   assert.equal((await second).status, 200);
+});
+
+test('a switch of credential with less than the floor of the miss deadline left makes no call: the 429 stands', { timeout: 10_000 }, async (t) => {
+  // The first credential's 429 comes 970 ms into a 1000 ms deadline; the pool would try the second.
+  let calls = 0;
+  const upstream = await startUpstream(t, (req, res) => {
+    if (++calls === 1) setTimeout(() => json(429, {}, { 'retry-after': '30' })(req, res), 970);
+  });
+  const pool = 'credentials: [{ id: one, headers: { X-Key: "k-one-0123456789" } }, { id: two, headers: { X-Key: "k-two-0123456789" } }]';
+  const yaml = testConfig(v1('main', upstream.url, pool)).replace('port: 0 }', 'port: 0, miss_deadline_ms: 1000 }');
+  const perch = await startPerch(t, yaml);
+  const res = await perch.request('/v1/users/1');
+  assert.deepEqual([res.status, res.headers.get('retry-after')], [429, '30']);
+  assert.equal(upstream.requests.length, 1, 'no call on the second credential');
+  const metrics = await (await fetch(`${perch.url}/metrics`)).text();
+  assert.match(metrics, /perch_upstream_refused_total\{upstream="main",route="user",reason="no_time"\} 1/);
+});
+
+test('a miss waits in the provider queue only until the floor before its deadline', { timeout: 10_000 }, async (t) => {
+  const held: (() => void)[] = [];
+  const clock = new ManualClock();
+  const upstream = await startUpstream(t, (req, res) => held.push(() => sampleProvider(req, res)));
+  const yaml = testConfig(v1('main', upstream.url, 'max_concurrent: 1, queue_timeout_ms: 5000')).replace('port: 0 }', 'port: 0, miss_deadline_ms: 1000 }');
+  const perch = await startPerch(t, yaml, { clock, timers: clock });
+  const first = perch.request('/v1/users/1');
+  await waitFor(() => upstream.requests.length === 1);
+  let answered = false;
+  const second = perch.request('/v1/users/2').finally(() => (answered = true));
+  await waitFor(() => clock.waiting > 0);
+  // Its wait was at most 1000 ms less the 50 ms floor: 950 ms on the queue's timers end it.
+  clock.advance(950);
+  await waitFor(() => answered);
+  assert.equal((await second).status, 429);
+  held.shift()!();
+  assert.equal((await first).status, 200);
+  assert.equal(upstream.requests.length, 1);
 });

@@ -183,3 +183,53 @@ test('with Redis, a breaker opened on instance A makes instance B refuse without
   const ready = (await b.request('/readyz', { key: null })).json();
   assert.deepEqual([ready.status, ready.checks['upstream:main']], ['degraded', `breaker_open until ${new Date(clock.now() + 1000).toISOString()}`]);
 });
+
+/** `testConfig` with `server.miss_deadline_ms` set. */
+function withDeadline(yaml: string, deadlineMs: number): string {
+  return yaml.replace('port: 0 }', `port: 0, miss_deadline_ms: ${deadlineMs} }`);
+}
+
+test('a miss out of time calls no further upstream: the backup bills nothing, its breaker stays closed, its own route serves', { timeout: 30_000 }, async (t) => {
+  // Issue 50: main never answers, one retry; the deadline ends with main's retry, and the
+  // backup used to get a call for each miss with about 1 ms left, time out, and open its breaker.
+  const main = await startUpstream(t, () => {});
+  const backup = await startUpstream(t, (req, res) => void setTimeout(() => sampleProvider(req, res), 30));
+  const upstreams = [
+    v1('main', main.url, 'timeout_ms: 500, retries: 1, retry_budget_min_per_second: 1000'),
+    v1('backup', backup.url, 'breaker: { consecutive_failures: 3 }'),
+  ];
+  const perch = await startPerch(t, withDeadline(testConfig(upstreams.join('\n'), 'routes: { user: [main, backup], tweet: [backup] }'), 1000));
+  // A warm keep-alive connection to the backup, as in production: a call with 1 ms left reaches it.
+  assert.equal((await perch.request('/v1/tweets/1')).status, 200);
+  for (let i = 1; i <= 4; i++) {
+    const miss = await perch.request(`/v1/users/${i}`);
+    assert.deepEqual([miss.status, miss.json().error.code], [504, 'E504']);
+  }
+  assert.equal(main.requests.length, 8, 'each miss: main and its retry');
+  assert.equal(backup.requests.length, 1, 'no call with no time left to answer it');
+  assert.equal(await metric(perch, 'perch_upstream_breaker_state{upstream="backup",state="closed"}'), 1);
+  assert.equal((await perch.request('/v1/tweets/2')).status, 200);
+  assert.equal(backup.requests.length, 2);
+  assert.equal(await metric(perch, 'perch_upstream_refused_total{upstream="backup",route="user",reason="no_time"}'), 4);
+});
+
+test('a call the miss deadline cut short counts against no breaker: the upstream had less than its timeout_ms', { timeout: 30_000 }, async (t) => {
+  // main fails after 700 ms of a 1000 ms deadline; the backup would answer in 400 ms, but gets
+  // the 300 ms left: its timeouts are the deadline's, not the backup's.
+  const main = await startUpstream(t, (req, res) => void setTimeout(() => json(500, {})(req, res), 700));
+  const backup = await startUpstream(t, (req, res) => void setTimeout(() => sampleProvider(req, res), 400));
+  const upstreams = [v1('main', main.url, 'timeout_ms: 2000'), v1('backup', backup.url, 'timeout_ms: 2000, breaker: { consecutive_failures: 3 }')];
+  const perch = await startPerch(t, withDeadline(testConfig(upstreams.join('\n'), 'routes: { user: [main, backup], tweet: [backup] }'), 1000));
+  const misses = await Promise.all([1, 2, 3, 4].map((i) => perch.request(`/v1/users/${i}`)));
+  assert.deepEqual(misses.map((r) => r.status), [504, 504, 504, 504]);
+  assert.equal(backup.requests.length, 4, 'the backup was called with time left');
+  assert.equal(await metric(perch, 'perch_upstream_breaker_state{upstream="backup",state="closed"}'), 1);
+  assert.equal((await perch.request('/v1/tweets/1')).status, 200);
+});
+
+test('a miss_deadline_ms under 500 ms keeps a tenth of it as the floor: its first call still goes out', { timeout: 10_000 }, async (t) => {
+  const upstream = await startUpstream(t, sampleProvider);
+  const perch = await startPerch(t, withDeadline(testConfig(v1('main', upstream.url)), 40));
+  assert.equal((await perch.request('/v1/users/1')).status, 200);
+  assert.equal(upstream.requests.length, 1);
+});

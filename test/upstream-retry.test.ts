@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import type { RetryDecision } from '../src/upstream/events.js';
 import { NO_EVENTS } from '../src/upstream/events.js';
 import { createRetry, type RetryOptions } from '../src/upstream/retry.js';
-import type { Attempt, UpstreamResult } from '../src/upstream/upstream.js';
+import { MIN_CALL_MS, type Attempt, type UpstreamResult } from '../src/upstream/upstream.js';
 import { ManualClock } from './helpers/clock.js';
 
 const OK: UpstreamResult = { kind: 'ok', body: Buffer.from('{}') };
@@ -123,6 +123,33 @@ test('no retry starts whose backoff would pass the deadline (no_time)', { timeou
   assert.deepEqual(decisions, ['retried', 'no_time']);
   assert.equal(calledAt.length, 2);
   assert.deepEqual(await done, S503);
+});
+
+test('no retry starts with less than MIN_CALL_MS of the deadline left after its backoff', { timeout: 5000 }, async () => {
+  const { script, calledAt, call, attempt, decisions } = setup({ retries: 3 }, 0.5);
+  script.push(S503, S503);
+  // The backoff, floor(0.5 x 50) = 25 ms, ends 25 ms before the deadline: too little to be answered.
+  const done = call(attempt(25 + MIN_CALL_MS - 1));
+  await settle();
+  assert.deepEqual(decisions, ['no_time']);
+  assert.deepEqual(await done, S503);
+  assert.equal(calledAt.length, 1);
+  const fits = setup({ retries: 3 }, 0.5);
+  fits.script.push(S503);
+  const answered = fits.call(fits.attempt(25 + MIN_CALL_MS));
+  await settle();
+  fits.clock.advance(25);
+  assert.equal((await answered).kind, 'ok');
+  assert.deepEqual(fits.decisions, ['retried']);
+});
+
+test('a retry the miss deadline cut short leaves the full timeout before it as the result', { timeout: 5000 }, async () => {
+  const { script, calledAt, call, attempt } = setup({ retries: 2 });
+  const full: UpstreamResult = { kind: 'timeout', reason: 'no complete answer within 1000 ms' };
+  script.push(full, { kind: 'timeout', reason: 'no complete answer within 940 ms, what was left of the miss deadline', deadline: true });
+  // The breaker above must weigh the upstream's own timeout, not the cut that says nothing of it.
+  assert.deepEqual(await call(attempt()), full);
+  assert.equal(calledAt.length, 2, 'no further retry after the deadline cut');
 });
 
 test('budget: retries, this one counted, stay within max(min_per_second x 10, percent of requests) over 10 s', { timeout: 5000 }, async () => {

@@ -84,16 +84,18 @@ test('a provider answering at least 1/k of its calls is never throttled, not eve
   assert.equal(healthy.throttle.rejectProbability(), 0);
 });
 
-test('what counts: 5xx and timeouts fail, 404 and a rejected cursor are answers; 401/403, 429 and refusals count neither way', { timeout: 5000 }, async () => {
+test('what counts: 5xx and timeouts fail, 404 and a rejected cursor are answers; 401/403, 429, refusals and deadline cuts count neither way', { timeout: 5000 }, async () => {
   const { throttle, run } = setup({ min_calls: 1 });
   const neutral: UpstreamResult[] = [
     { kind: 'failed', failure: 'unauthorized', reason: 'status 401', status: 401 },
     { kind: 'rate_limited', cause: 'status_429', retryAfterSeconds: 5, untilMs: 0 },
     { kind: 'refused', reason: 'over_cap', retryAfterSeconds: 1 },
     { kind: 'refused', reason: 'cooling_down', retryAfterSeconds: 1 },
+    // The miss deadline, not the upstream, ended it (issue 50).
+    { kind: 'timeout', reason: 'no complete answer within 12 ms, what was left of the miss deadline', deadline: true },
   ];
   for (const answer of neutral) await run(answer, 10);
-  assert.equal(throttle.rejectProbability(), 0, '40 neutral results weigh nothing');
+  assert.equal(throttle.rejectProbability(), 0, '50 neutral results weigh nothing');
   await run({ kind: 'timeout', reason: 'slow' }, 3);
   assert.equal(throttle.rejectProbability(), 3 / 4);
   await run({ kind: 'not_found' });

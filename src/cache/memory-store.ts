@@ -90,6 +90,11 @@ export class MemoryStore implements CacheStore {
     return this.#lru.get(key);
   }
 
+  /** When the entry under `key` was stored (`storedAt`), undefined when none; recency untouched. */
+  storedAt(key: string): number | undefined {
+    return this.#lru.peek(key)?.storedAt;
+  }
+
   /** Whether the entry under `key` is still `entry`'s response; recency untouched. */
   holds(key: string, entry: CacheEntry): boolean {
     const held = this.#lru.peek(key);

@@ -43,3 +43,12 @@ export function forwardCacheStatus(outcome: 'miss' | 'coalesced', stored: boolea
   if (viaRedis) value += '; detail=redis';
   return value;
 }
+
+/**
+ * `Cache-Status` for the answer a failed refresh got about the request itself (a rejected
+ * cursor), repeated without a call while the key's refresh backoff lasts: collapsed onto that
+ * earlier exchange.
+ */
+export function backoffCacheStatus(): string {
+  return 'perch; fwd=miss; collapsed; detail=refresh-backoff';
+}

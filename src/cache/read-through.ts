@@ -12,7 +12,8 @@ import { Coalescer } from './coalescer.js';
 import { counterpart } from './cross-population.js';
 import { ageSeconds, entityTag, remainingTtlSeconds, withVariants, type CacheEntry } from './entry.js';
 import type { Generation } from './generation.js';
-import { forwardCacheStatus, hitCacheStatus, staleCacheStatus, type CacheOutcome } from './outcome.js';
+import { backoffCacheStatus, forwardCacheStatus, hitCacheStatus, staleCacheStatus, type CacheOutcome } from './outcome.js';
+import { RefreshBackoff, type PermanentAnswer } from './refresh-backoff.js';
 import type { SharedFlights } from './shared-flight.js';
 import type { Found, TieredCache } from './tiered-cache.js';
 
@@ -104,9 +105,11 @@ interface Fetched extends UpstreamAnswer {
 export class ReadThrough {
   readonly #deps: ReadThroughDeps;
   readonly #flights = new Coalescer<Fetched>();
+  readonly #backoff: RefreshBackoff;
 
   constructor(deps: ReadThroughDeps) {
     this.#deps = deps;
+    this.#backoff = new RefreshBackoff(deps.clock);
   }
 
   /** A fresh entry of this instance's memory, answered synchronously: no await on the hottest path. */
@@ -126,10 +129,16 @@ export class ReadThrough {
     const verified = this.#trusted(client);
     const local = verified ? cache.local(request.path) : undefined;
     if (local?.fresh === true) return this.#hit(local.entry, 'memory');
+    const permanent = verified ? this.#backoff.waiting(request.path)?.answer : undefined;
+    if (permanent !== undefined) return this.#remembered(permanent);
     let stale = local?.entry;
     const remote = verified ? await this.#remote(request.path, trace) : undefined;
-    if (remote?.fresh === true) return this.#hit(remote.entry, 'redis');
-    if (remote !== undefined && (stale === undefined || remote.entry.storedAt > stale.storedAt)) stale = remote.entry;
+    // Memory is read again after the await: a refresh may have landed while Redis answered, and
+    // a client served the newer answer must never see the older one after it (issue 50).
+    const landed = verified ? cache.local(request.path) : undefined;
+    const newest = landed !== undefined && (remote === undefined || landed.entry.storedAt > remote.entry.storedAt) ? landed : remote;
+    if (newest?.fresh === true) return this.#hit(newest.entry, newest === remote ? 'redis' : 'memory');
+    if (newest !== undefined && (stale === undefined || newest.entry.storedAt > stale.storedAt)) stale = newest.entry;
     if (stale !== undefined) return this.#revalidate(request, client, stale, trace);
 
     // Pass-through: one flight per key, so a key never receives the answer to another key's call.
@@ -137,15 +146,21 @@ export class ReadThrough {
     const payer = this.#payerOf(client);
     const flight = this.#flights.run(pass === undefined ? request.path : `${pass.digest}\n${request.path}`, () => this.#fetchFor(request, pass, payer, trace));
     const fetched = await flight.promise;
+    // A key whose refreshes failed lately: this miss's answer ends or extends its backoff.
+    if (flight.leader && this.#backoff.tracks(request.path)) this.#learn(request.path, fetched);
     const viaRedis = fetched.viaRedis === true;
     const outcome = flight.leader && !viaRedis ? 'miss' : 'coalesced';
+    // Another instance's entry, read from Redis: cached as much as a hit on it, so it is reused
+    // for what is left of its TTL, with its true Age (issue 50: every such follower got max-age=0).
+    const shared = viaRedis && fetched.entry !== undefined ? this.#hit(fetched.entry, 'redis') : undefined;
     return {
       outcome,
       status: fetched.status,
       body: fetched.body,
       ...(fetched.entry?.status === 200 ? { entry: fetched.entry } : {}),
       cacheStatus: forwardCacheStatus(outcome, fetched.stored, viaRedis),
-      maxAgeSeconds: fetched.stored ? config.cache.ttl_seconds[request.endpoint] : 0,
+      ...(shared === undefined ? {} : { ageSeconds: shared.ageSeconds }),
+      maxAgeSeconds: fetched.stored ? config.cache.ttl_seconds[request.endpoint] : (shared?.maxAgeSeconds ?? 0),
       ...(fetched.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: fetched.retryAfterSeconds }),
       ...(fetched.upstream === undefined ? {} : { upstream: fetched.upstream }),
       ...(flight.leader ? { upstreamMs: fetched.upstreamMs, upstreamCall: fetched.called === true } : {}),
@@ -169,14 +184,49 @@ export class ReadThrough {
   /**
    * Stale-while-revalidate, and stale-if-error by the same token: the client gets the stale
    * entry at once, one refresh runs behind it, and a refresh that fails (error, timeout, 429)
-   * stores nothing, so the stale entry keeps being served until its retention ends.
+   * stores nothing, so the stale entry keeps being served until its retention ends. A failed
+   * refresh is not started again until its key's backoff ends (refresh-backoff.ts), and one
+   * answered with a rejected cursor ends the entry (`#learn`).
    */
   #revalidate(request: EndpointRequest, client: Client, entry: CacheEntry, trace: TraceSpan | undefined): Served {
-    this.#flights.run(request.path, () => this.#fetchAndStore(request, passThrough(client), this.#payerOf(client), trace)).promise.catch((error: unknown) => {
-      this.#deps.logger.error({ err: error, route: request.endpoint }, 'background refresh failed');
-    });
+    const key = request.path;
+    if (this.#backoff.waiting(key) === undefined) {
+      const flight = this.#flights.run(key, () => this.#fetchAndStore(request, passThrough(client), this.#payerOf(client), trace));
+      flight.promise.then(
+        (fetched) => {
+          if (flight.leader) this.#learn(key, fetched);
+        },
+        (error: unknown) => this.#deps.logger.error({ err: error, route: request.endpoint }, 'background refresh failed'),
+      );
+    }
     const now = this.#deps.clock.now();
     return { outcome: 'stale', status: entry.status, body: entry.body, entry, cacheStatus: staleCacheStatus(entry, now), ageSeconds: ageSeconds(entry, now), maxAgeSeconds: 0 };
+  }
+
+  /**
+   * What a refresh's answer (or the next miss of a key whose refreshes failed) says of the key:
+   * an answer (200, 404) forgets its failures; a rejected cursor (400) is an answer about the
+   * request that every refresh would get again, so the stale entry is dropped from both tiers and
+   * the 400 answers the key while its backoff lasts, as the interface answers that cursor; any
+   * other failure (5xx, timeout, 429, refusal) only backs off.
+   */
+  #learn(key: string, fetched: Fetched): void {
+    if (fetched.status === 200 || fetched.status === 404) {
+      this.#backoff.succeeded(key);
+      return;
+    }
+    if (fetched.status !== 400) {
+      this.#backoff.failed(key);
+      return;
+    }
+    const failing = this.#backoff.failed(key, { status: fetched.status, body: fetched.body });
+    this.#deps.logger.info({ path: key, failures: failing.failures, until: new Date(failing.untilMs).toISOString() }, 'refresh rejected by the provider: stale entry dropped');
+    void this.#deps.cache.drop(key);
+  }
+
+  /** The permanent answer a failed refresh got, while its key's backoff lasts: no call is made. */
+  #remembered(answer: PermanentAnswer): Served {
+    return { outcome: 'coalesced', status: answer.status, body: answer.body, cacheStatus: backoffCacheStatus(), maxAgeSeconds: 0 };
   }
 
   /**

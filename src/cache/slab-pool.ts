@@ -51,6 +51,10 @@ export interface SlabStats {
   readonly reservedBytes: number;
   /** Bytes cut into regions so far: the most of the reservation that can have become resident. */
   readonly cutBytes: number;
+  /** Bytes of the regions that hold an entry now; the rest of `cutBytes` is idle (free or waiting). */
+  readonly inUseBytes: number;
+  /** Bytes of the entries held outside the pool: over 64 KiB, or stored when no region was free. */
+  readonly ownBytes: number;
   /** Regions given back and waiting for the requests open at their release to close. */
   readonly waitingRegions: number;
   /** Stores that got memory of their own: no region free, or the entry larger than a region. */
@@ -71,6 +75,14 @@ export interface SlabStats {
  * classes (`CLASS_BYTES`), each with its own free list; a class's regions are cut from the
  * reservation where its free list is empty. When the reservation is used up, or an entry is
  * larger than `MAX_REGION_BYTES`, the entry gets memory of its own, as before the slabs.
+ *
+ * What `max_bytes` bounds, exactly: what the entries are charged (memory-store.ts), each its
+ * region's whole class or its own bytes, plus its key and overheads. Not the memory held: a
+ * region keeps its class once cut, so after the traffic's sizes change the regions of classes no
+ * longer used stay cut and idle while new entries take memory of their own. The bodies' memory
+ * is the regions cut (at most the reservation, `max_bytes`) plus the entries outside the pool
+ * (at most `max_bytes`, charged): never more than 2x `max_bytes`, 1.0x while the mix holds
+ * (issue 50). `stats` tells the parts apart, and the metrics export them.
  */
 export class SlabPool {
   readonly #chunks: Buffer[] = [];
@@ -80,6 +92,8 @@ export class SlabPool {
   #top = 0;
   readonly #free: number[][] = CLASS_BYTES.map(() => []);
   readonly #ownMemory = { full: 0, too_large: 0 };
+  #inUse = 0;
+  #own = 0;
   /** When released regions may be reused; the request path enters and leaves it. */
   readonly grace = new GracePeriods((region) => this.#free[region % CLASS_SPAN]!.push(Math.floor(region / CLASS_SPAN)));
 
@@ -116,8 +130,10 @@ export class SlabPool {
     if (position === undefined) {
       if (bytes > MAX_REGION_BYTES) this.#ownMemory.too_large += 1;
       else if (bytes > 0) this.#ownMemory.full += 1;
+      this.#own += bytes;
       return this.#chunkOf.has(entry.body.buffer) ? ownCopy(entry) : entry;
     }
+    this.#inUse += classBytes(classOf(bytes));
     const chunk = this.#chunks[Math.floor(position / CHUNK_BYTES)]!;
     const at = position % CHUNK_BYTES;
     entry.body.copy(chunk, at);
@@ -127,10 +143,15 @@ export class SlabPool {
 
   /** `entry` left the tier: its region is reused once the requests open now have closed. */
   release(entry: CacheEntry): void {
+    const bytes = storedBytes(entry);
     const chunk = this.#chunkOf.get(entry.body.buffer);
-    if (chunk === undefined) return;
+    if (chunk === undefined) {
+      this.#own -= bytes;
+      return;
+    }
     const position = chunk * CHUNK_BYTES + entry.body.byteOffset;
-    this.grace.release(position * CLASS_SPAN + classOf(storedBytes(entry)));
+    this.#inUse -= classBytes(classOf(bytes));
+    this.grace.release(position * CLASS_SPAN + classOf(bytes));
   }
 
   /** What rounding `entry`'s region up to its class adds: charged to `max_bytes` with the rest. */
@@ -141,7 +162,14 @@ export class SlabPool {
   }
 
   get stats(): SlabStats {
-    return { reservedBytes: this.#capacity, cutBytes: this.#top, waitingRegions: this.grace.held, ownMemoryStores: { ...this.#ownMemory } };
+    return {
+      reservedBytes: this.#capacity,
+      cutBytes: this.#top,
+      inUseBytes: this.#inUse,
+      ownBytes: this.#own,
+      waitingRegions: this.grace.held,
+      ownMemoryStores: { ...this.#ownMemory },
+    };
   }
 
   #take(index: number): number | undefined {

@@ -84,7 +84,11 @@ export class TieredCache {
     return this.#classify(this.memory.get(key));
   }
 
-  /** The shared tier's entry; a hit refills memory for the rest of the entry's retention. */
+  /**
+   * The shared tier's entry; a hit refills memory for the rest of the entry's retention, unless
+   * memory already holds that response or a newer one: a refresh may have stored its answer
+   * while this read was in flight, and the older entry from Redis must not replace it (issue 50).
+   */
   async remote(key: string): Promise<Found | undefined> {
     const redis = this.#redis;
     if (redis === undefined) return undefined;
@@ -94,7 +98,8 @@ export class TieredCache {
     const found = entry !== undefined && this.generations.accepts(key, entry.generation) ? this.#classify(entry) : undefined;
     if (found !== undefined) {
       const left = this.#retainUntil(found.entry) - this.#clock.now();
-      if (left > 0) this.memory.set(key, found.entry, left);
+      const held = this.memory.storedAt(key);
+      if (left > 0 && (held === undefined || held < found.entry.storedAt)) this.memory.set(key, found.entry, left);
     }
     return found;
   }
@@ -116,6 +121,16 @@ export class TieredCache {
     this.#pending.add(settled);
     void settled.finally(() => this.#pending.delete(settled));
     return { accepted, settled };
+  }
+
+  /**
+   * Drops one key from both tiers: an answer about the request itself (a rejected cursor) ended
+   * its entry. Resolves once Redis deleted it or gave up; never rejects.
+   */
+  async drop(key: string): Promise<void> {
+    this.memory.delete(key);
+    const redis = this.#redis;
+    if (redis !== undefined) await redis.guard.run('del', redis.store.redisKey(key), () => redis.store.delete(key));
   }
 
   /** Resolves once every store begun so far has settled (its variants made, Redis written). */

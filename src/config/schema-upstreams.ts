@@ -104,7 +104,7 @@ const HTTP = {
   }),
   timeout_ms: int({ min: 1, max: 600_000, default: 5000, doc: 'bound on one whole exchange (connect, headers and body), 1-600000' }),
   connections: int({ min: 1, max: 1024, default: 64, doc: 'keep-alive connections in the undici pool, 1-1024' }),
-  max_body_bytes: int({ min: 1024, max: 1_073_741_824, default: 8_388_608, doc: 'largest upstream body accepted; larger is 502' }),
+  max_body_bytes: int({ min: 1024, max: 1_073_741_824, default: 8_388_608, doc: 'largest upstream body accepted, as received and once a gzip, br or deflate `Content-Encoding` is undone; larger is 502' }),
   retry_after_default_seconds: int({
     min: 1,
     max: 86_400,

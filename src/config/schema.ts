@@ -203,7 +203,7 @@ const cache = obj(
           min: 1_048_576,
           default: 268_435_456,
           expected: 'an integer of at least 1048576 (1 MiB)',
-          doc: 'bound on the in-process cache (bodies, keys and per-entry overhead), at least 1 MiB',
+          doc: "bound on what the in-process cache's entries are charged (bodies as stored, keys and per-entry overhead), at least 1 MiB; the memory the bodies hold is at most twice it after the traffic's entry sizes change (see [Caching](#caching))",
         }),
       },
       { doc: 'the in-process tier', section: true },

@@ -237,13 +237,17 @@ export class PerchMetrics implements UpstreamEvents {
   addSlabMetrics(read: () => SlabStats): void {
     new Gauge({
       name: 'perch_cache_slab_bytes',
-      help: 'The memory tier slab pool: bytes reserved at start (state="reserved") and cut into regions so far (state="cut").',
+      help:
+        'The memory tier\'s bodies: bytes reserved at start (state="reserved", cache.memory.max_bytes), cut into regions so far (state="cut", the most of the reservation that can be resident), of which holding an entry (state="in_use") or idle (state="idle"), and held outside the pool (state="own"). The bodies hold cut + own: at most 2x max_bytes.',
       labelNames: ['state'],
       registers: [this.registry],
       collect() {
         const stats = read();
         this.set({ state: 'reserved' }, stats.reservedBytes);
         this.set({ state: 'cut' }, stats.cutBytes);
+        this.set({ state: 'in_use' }, stats.inUseBytes);
+        this.set({ state: 'idle' }, stats.cutBytes - stats.inUseBytes);
+        this.set({ state: 'own' }, stats.ownBytes);
       },
     });
     new Gauge({

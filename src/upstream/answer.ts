@@ -35,7 +35,9 @@ export function answerFor(endpoint: EndpointName, result: UpstreamResult, nowMs:
     case 'rate_limited':
       return { ...errorAnswer('E429'), retryAfterSeconds: secondsUntil(result.untilMs, nowMs) };
     case 'refused':
-      // perch made no call: a "wait" the client can act on is a 429, anything else an upstream error.
+      // perch made no call: a "wait" the client can act on is a 429, a miss out of time a 504
+      // like any timeout, anything else an upstream error.
+      if (result.reason === 'no_time') return errorAnswer('E504');
       return isWaitRefusal(result.reason) ? { ...errorAnswer('E429'), retryAfterSeconds: result.retryAfterSeconds } : errorAnswer('E502');
     case 'failed':
       // A pass-through call's key is the client's: a provider refusing it is the client's 401.

@@ -5,7 +5,7 @@ import type { Timers } from '../timers.js';
 import type { UpstreamEvents } from './events.js';
 import { AdmissionQueue, NO_PAYER } from './guard/admission-queue.js';
 import { ANY, compileCap, type CallCap, type ProviderState, type StopState } from './guard/provider-state.js';
-import { secondsUntil, type Attempt, type Credential, type Layer, type RefusalReason, type UpstreamResult } from './upstream.js';
+import { floorOf, msLeft, secondsUntil, type Attempt, type Credential, type Layer, type RefusalReason, type UpstreamResult } from './upstream.js';
 
 export interface GuardOptions {
   readonly upstream: string;
@@ -34,7 +34,7 @@ const REFUSAL: Readonly<Record<StopState, RefusalReason>> = {
  * The layer closest to the wire, so that every real call (a retry, a switch of credential)
  * passes it: it picks the credential (round robin over those not stopped, or the client's own
  * key with pass-through auth), honours every stop the provider gave (shared with the fleet
- * through the state), and takes a place under the upstream's call cap, waiting in a bounded queue
+ * through the state), starts no call with less than `MIN_CALL_MS` of the miss deadline left, and takes a place under the upstream's call cap, waiting in a bounded queue
  * shared fairly among the client keys whose misses wait (admission-queue.ts) when the cap is full. A call it refuses costs the provider nothing.
  */
 export function createGuard(options: GuardOptions): Guard {
@@ -80,9 +80,12 @@ export function createGuard(options: GuardOptions): Guard {
     const candidates = own !== undefined ? [own.id] : fullRotation ? rotated : rotated.filter((id) => !attempt.avoid!.includes(id));
     if (candidates.length === 0) return refuse(attempt, 'no_credential', 1);
 
+    // No call without time to answer it: the queue waits only while a call could still follow.
+    const floor = floorOf(attempt);
+    if (msLeft(attempt.deadline) < floor) return refuse(attempt, 'no_time', 1);
     // Unique across the fleet: it is the call's member in the shared logs and lease set.
     const leaseId = randomUUID();
-    const maxWaitMs = Math.min(config.queue_timeout_ms, Math.floor(attempt.deadline - performance.now()));
+    const maxWaitMs = Math.min(config.queue_timeout_ms, msLeft(attempt.deadline) - floor);
     const payer = attempt.payer ?? NO_PAYER;
     const span = attempt.trace?.child('provider queue', 'internal', { 'perch.upstream': upstream });
     const { admission, waitedMs } = await queue.admit(
@@ -100,7 +103,15 @@ export function createGuard(options: GuardOptions): Guard {
       if (fullRotation) known.set(scope, { untilMs: admission.untilMs, state: admission.state });
       return refuse(attempt, REFUSAL[admission.state], secondsUntil(admission.untilMs, clock.now()));
     }
+    // A wait the deadline ended is still the cap's answer: its Retry-After tells the client when
+    // a call would go.
     if (admission.kind === 'over_cap') return refuse(attempt, 'over_cap', Math.max(1, Math.ceil(admission.waitMs / 1000)));
+    if (msLeft(attempt.deadline) < floor) {
+      // Admitted too late to be answered: the place taken under the cap is given back uncalled.
+      if (capped) state.finish(upstream, leaseId);
+      queue.wake();
+      return refuse(attempt, 'no_time', 1);
+    }
     events.called(upstream, payer.label, config.price_per_call);
     try {
       const result = await next({ ...attempt, credential: own ?? credentials.get(admission.credential)! });

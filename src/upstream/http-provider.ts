@@ -1,3 +1,5 @@
+import { promisify } from 'node:util';
+import { brotliDecompress, gunzip, inflate, type ZlibOptions } from 'node:zlib';
 import { Pool, type Dispatcher } from 'undici';
 import type { Clock } from '../clock.js';
 import type { V1UpstreamConfig, XV2UpstreamConfig } from '../config/types.js';
@@ -5,7 +7,7 @@ import { ownedBytes } from '../bytes.js';
 import type { EndpointRequest } from '../endpoints.js';
 import { providerLimit } from './provider-limit.js';
 import { rateLimitUntil } from './retry-after.js';
-import { secondsUntil, type Attempt, type Provider, type UpstreamFailure, type UpstreamResult } from './upstream.js';
+import { msLeft, secondsUntil, type Attempt, type Provider, type UpstreamFailure, type UpstreamResult } from './upstream.js';
 
 export interface HttpProviderOptions {
   readonly clock: Clock;
@@ -59,7 +61,8 @@ export function createHttpProvider(name: string, config: V1UpstreamConfig | XV2U
 
   async function call(attempt: Attempt): Promise<UpstreamResult> {
     const { request, credential } = attempt;
-    const timeoutMs = Math.min(config.timeout_ms, Math.max(1, Math.floor(attempt.deadline - performance.now())));
+    const left = Math.max(1, msLeft(attempt.deadline));
+    const timeoutMs = Math.min(config.timeout_ms, left);
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), timeoutMs);
     // A credential not configured is a client's own key (pass-through): its headers only.
@@ -72,7 +75,10 @@ export function createHttpProvider(name: string, config: V1UpstreamConfig | XV2U
       const result = await classify(request, response, config, dialect, now);
       return limit === undefined ? result : { ...result, limit };
     } catch (error) {
-      if (abort.signal.aborted) return { kind: 'timeout', reason: `no complete answer within ${timeoutMs} ms` };
+      if (abort.signal.aborted) {
+        const reason = `no complete answer within ${timeoutMs} ms`;
+        return timeoutMs < config.timeout_ms ? { kind: 'timeout', reason: `${reason}, what was left of the miss deadline`, deadline: true } : { kind: 'timeout', reason };
+      }
       return { kind: 'failed', failure: 'connection', reason: describe(error) };
     } finally {
       clearTimeout(timer);
@@ -91,8 +97,10 @@ async function classify(
 ): Promise<UpstreamResult> {
   const { statusCode, headers } = response;
   if (statusCode >= 200 && statusCode < 300) {
-    const body = await readLimited(response.body, config.max_body_bytes);
-    if (body === undefined) return failed('bad_body', `body larger than ${config.max_body_bytes} bytes`, statusCode);
+    const received = await readLimited(response.body, config.max_body_bytes);
+    if (received === undefined) return failed('bad_body', `body larger than ${config.max_body_bytes} bytes`, statusCode);
+    const body = await decode(received, header(headers['content-encoding']), config.max_body_bytes);
+    if (typeof body === 'string') return failed('bad_body', body, statusCode);
     let parsed: unknown;
     try {
       parsed = JSON.parse(body.toString('utf8'));
@@ -122,7 +130,37 @@ async function classify(
   if (dialect.rejectsCredential.includes(statusCode)) return failed('unauthorized', `status ${statusCode}: the provider rejected the credential`, statusCode);
   if (dialect.forbidsEndpoint?.includes(statusCode)) return failed('forbidden', `status ${statusCode}: the provider does not serve this endpoint to the credential`, statusCode);
   if (statusCode >= 500) return failed('status_5xx', `status ${statusCode}`, statusCode);
+  // perch follows no redirect (the configured url is the provider's), but the operator needs its
+  // target to fix the url: a provider that moved to https otherwise reads as a bare "status 301".
+  const location = statusCode >= 300 && statusCode < 400 ? header(headers['location']) : undefined;
+  if (location !== undefined) return failed('unexpected_status', `status ${statusCode}: redirect to ${location.slice(0, 200)} (perch follows none: fix the upstream's url)`, statusCode);
   return failed('unexpected_status', `status ${statusCode}`, statusCode);
+}
+
+const DECODERS: Readonly<Record<string, (body: Buffer, options: ZlibOptions) => Promise<Buffer>>> = {
+  gzip: promisify(gunzip),
+  'x-gzip': promisify(gunzip),
+  br: promisify(brotliDecompress),
+  deflate: promisify(inflate),
+};
+
+/**
+ * A 2xx body in its `Content-Encoding` undone: perch asks for none, but an operator may add
+ * `Accept-Encoding` to a credential's headers, and a provider may compress anyway. Decoded off
+ * the event loop's thread (zlib's pool), and bounded by `max_body_bytes` on both sides, so a
+ * small compressed body cannot expand past it. A string: why it cannot be read.
+ */
+async function decode(body: Buffer, coding: string | undefined, maxBytes: number): Promise<Buffer | string> {
+  const name = coding?.trim().toLowerCase();
+  if (name === undefined || name === '' || name === 'identity') return body;
+  const decoder = DECODERS[name];
+  if (decoder === undefined) return `content-encoding ${name.slice(0, 40)} is not one perch decodes (gzip, br, deflate)`;
+  try {
+    return await decoder(body, { maxOutputLength: maxBytes });
+  } catch (error) {
+    const code = (error as { code?: unknown }).code;
+    return code === 'ERR_BUFFER_TOO_LARGE' ? `body larger than ${maxBytes} bytes once ${name}-decoded` : `a ${name} body that does not decode`;
+  }
 }
 
 /** Statuses whose problem body may name a spent usage cap. */

@@ -3,7 +3,7 @@ export const MAX_RETRY_AFTER_SECONDS = 86_400;
 
 /**
  * When the provider may be called again after it said "stop", on the clock: from its
- * `Retry-After` (delay-seconds or HTTP-date, RFC 9110 10.2.3) or, failing that,
+ * `Retry-After` (delay-seconds or IMF-fixdate, RFC 9110 10.2.3) or, failing that,
  * `x-rate-limit-reset` (epoch seconds, as X's API sends it), else `fallbackSeconds` from now.
  * At least one second and at most a day ahead, so a wrong header neither hammers the provider
  * nor locks it out for good.
@@ -18,12 +18,28 @@ export function rateLimitUntil(
   return Math.min(nowMs + MAX_RETRY_AFTER_SECONDS * 1000, Math.max(nowMs + 1000, until));
 }
 
+const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
+const DAYS = ['Sun', 'Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat'];
+/** IMF-fixdate (RFC 9110 5.6.7): `Sun, 06 Nov 1994 08:49:37 GMT`, nothing else. */
+const IMF_FIXDATE = /^(Mon|Tue|Wed|Thu|Fri|Sat|Sun), ([0-9]{2}) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) ([0-9]{4}) ([0-9]{2}):([0-9]{2}):([0-9]{2}) GMT$/;
+
+/**
+ * Delay-seconds or an IMF-fixdate only. `Date.parse` reads far more than HTTP dates: "1.5", "-1"
+ * and "+60" came out as dates in the past, each a 1 s stop that hid a valid `x-rate-limit-reset`
+ * beside it (issue 50). Anything else is no Retry-After at all.
+ */
 function parseRetryAfter(value: string | undefined, nowMs: number): number | undefined {
   if (value === undefined) return undefined;
   const trimmed = value.trim();
   if (/^[0-9]{1,10}$/.test(trimmed)) return nowMs + Number(trimmed) * 1000;
-  const date = Date.parse(trimmed);
-  return Number.isNaN(date) ? undefined : date;
+  const date = IMF_FIXDATE.exec(trimmed);
+  if (date === null) return undefined;
+  const [, weekday, day, month, year, hour, minute, second] = date;
+  const ms = Date.UTC(Number(year), MONTHS.indexOf(month!), Number(day), Number(hour), Number(minute), Number(second));
+  // Date.UTC rolls 31 Feb over into March and 24:00 into the next day: such a date is not one.
+  const parsed = new Date(ms);
+  const exact = parsed.getUTCDate() === Number(day) && parsed.getUTCHours() === Number(hour) && parsed.getUTCMinutes() === Number(minute) && parsed.getUTCSeconds() === Number(second);
+  return exact && DAYS[parsed.getUTCDay()] === weekday ? ms : undefined;
 }
 
 /** Epoch seconds to epoch ms; undefined unless the value is a plain integer. */

@@ -3,7 +3,7 @@ import type { ProviderProtectionConfig } from '../config/types.js';
 import { wait, type Timers } from '../timers.js';
 import type { RetryDecision, UpstreamEvents } from './events.js';
 import { SlidingCounts } from './sliding-counts.js';
-import type { Attempt, Layer, UpstreamResult } from './upstream.js';
+import { floorOf, type Attempt, type Layer, type UpstreamResult } from './upstream.js';
 
 export interface RetryOptions {
   readonly upstream: string;
@@ -39,7 +39,8 @@ function isRetryable(result: UpstreamResult): boolean {
 /**
  * Retries a retryable failure on the same upstream, at most `retries` times per request, with
  * full-jitter exponential backoff (a random wait up to `retry_backoff_ms * 2^n`, capped at
- * `retry_backoff_max_ms`), never past the request's deadline, and only while the retries of the
+ * `retry_backoff_max_ms`), never past the request's deadline (`MIN_CALL_MS` of it, `Attempt.minCallMs`, must be left
+ * when the retry starts), and only while the retries of the
  * last 10 seconds, this one counted, stay within `max(floor, retry_budget_percent% of the
  * requests)`: a provider failing every call sees at most that share more calls, never a storm.
  * The floor is `retry_budget_min_per_second` for each second since the upstream was built (start
@@ -64,7 +65,9 @@ export function createRetry(options: RetryOptions): Layer {
 
   function decide(retried: number, backoffMs: number, attempt: Attempt): RetryDecision {
     if (retried >= config.retries) return 'exhausted';
-    if (monotonic() + backoffMs >= attempt.deadline) return 'no_time';
+    // The retry must start with time to be answered, or it is a call the provider bills and
+    // perch abandons.
+    if (monotonic() + backoffMs + floorOf(attempt) > attempt.deadline) return 'no_time';
     const now = clock.now();
     const [requests, retries] = window.totals(now);
     // Counting this retry, so the window never holds more than the budget: a share of 20% is at
@@ -85,8 +88,9 @@ export function createRetry(options: RetryOptions): Layer {
       window.add(clock.now(), 1);
       await wait(timers, backoffMs);
       const again = await next({ ...attempt, retry: retried + 1 });
-      // A retry the guard refused says less than the provider's own failure before it.
-      if (again.kind === 'refused') break;
+      // A retry the guard refused, or one the miss deadline cut short, says less than the
+      // provider's own failure before it: that failure is what the breaker above must weigh.
+      if (again.kind === 'refused' || (again.kind === 'timeout' && again.deadline === true)) break;
       result = again;
     }
     return result;

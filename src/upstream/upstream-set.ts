@@ -8,7 +8,7 @@ import { buildUpstream, type BuiltUpstream, type UpstreamStatus } from './chain.
 import type { BudgetBook } from './budget-book.js';
 import type { UpstreamSetEvents } from './events.js';
 import type { ProviderState } from './guard/provider-state.js';
-import { isWaitRefusal, wasCalled, type Attempt, type UpstreamResult } from './upstream.js';
+import { callFloorMs, isWaitRefusal, msLeft, wasCalled, type Attempt, type UpstreamResult } from './upstream.js';
 
 /** The answer that decided a request, with who gave it and how long the exchange took. */
 export interface RoutedResult {
@@ -40,7 +40,9 @@ export interface UpstreamSetOptions {
  * of layers (chain.ts); this class only walks a route. A request moves to the next upstream when
  * the current one cannot answer it now (it failed, timed out, said "stop", or perch refused to
  * call it); an answer about the request itself (found, not found, bad cursor) is final, because
- * another provider would say the same.
+ * another provider would say the same. With less than `MIN_CALL_MS` of the miss deadline left (`callFloorMs`),
+ * the walk ends there: the miss is a timeout (504), and the upstream not called is charged
+ * nothing, its breaker and throttle least of all.
  */
 export class UpstreamSet {
   readonly #upstreams: ReadonlyMap<string, BuiltUpstream>;
@@ -48,6 +50,7 @@ export class UpstreamSet {
   readonly #metrics: UpstreamSetOptions['metrics'];
   readonly #logger: Logger;
   readonly #deadlineMs: number;
+  readonly #minCallMs: number;
   #inFlight = 0;
   #drained: (() => void) | undefined;
 
@@ -61,6 +64,7 @@ export class UpstreamSet {
     this.#metrics = options.metrics;
     this.#logger = options.logger;
     this.#deadlineMs = config.server.miss_deadline_ms;
+    this.#minCallMs = callFloorMs(this.#deadlineMs);
   }
 
   /**
@@ -76,10 +80,18 @@ export class UpstreamSet {
       let decided: RoutedResult | undefined;
       let called = false;
       for (const [i, name] of route.entries()) {
+        // No call without time to answer it: the next upstream would bill a call perch abandons,
+        // and count its timeout against a provider that did nothing wrong.
+        if (msLeft(deadline) < this.#minCallMs) {
+          this.#metrics?.refused(name, request.endpoint, 'no_time');
+          this.#logger.warn({ upstream: name, route: request.endpoint, reason: 'no_time', deadline_ms: this.#deadlineMs }, 'miss deadline reached: upstream not called');
+          return { result: { kind: 'refused', reason: 'no_time', retryAfterSeconds: 1 }, upstream: name, ms: 0, called };
+        }
         const started = performance.now();
         const attempt: Attempt = {
           request,
           deadline,
+          minCallMs: this.#minCallMs,
           ...(clientKey === undefined ? {} : { clientKey }),
           ...(payer === undefined ? {} : { payer }),
           ...(trace === undefined ? {} : { trace }),

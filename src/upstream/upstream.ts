@@ -22,9 +22,38 @@ export interface ProviderLimit {
  * - `throttled`: the upstream fails part of its calls, and the adaptive throttle sheds the share
  *   it would likely fail too (throttle.ts);
  * - `no_credential`: every credential was rejected (401/403) and left the rotation;
- * - `budget_spent`: the client key's plan allows no more provider calls in this calendar window.
+ * - `budget_spent`: the client key's plan allows no more provider calls in this calendar window;
+ * - `no_time`: less than `MIN_CALL_MS` of the miss deadline was left (`callFloorMs`), too little for any answer:
+ *   the client is told 504 (the miss ran out of time), and the upstream is charged nothing.
  */
-export type RefusalReason = 'cooling_down' | 'usage_capped' | 'over_cap' | 'breaker_open' | 'throttled' | 'no_credential' | 'budget_spent';
+export type RefusalReason = 'cooling_down' | 'usage_capped' | 'over_cap' | 'breaker_open' | 'throttled' | 'no_credential' | 'budget_spent' | 'no_time';
+
+/**
+ * The least of the miss deadline that must be left for perch to start a call (a failover, a
+ * retry, a call out of the provider's queue). A call with less could not be answered in time:
+ * the provider would bill it, perch would abandon it, and its timeout would be counted against
+ * an upstream that did nothing wrong. 50 ms is above a provider's usual round trip on the same
+ * continent and far below any `timeout_ms` worth configuring.
+ */
+export const MIN_CALL_MS = 50;
+
+/**
+ * The floor for a `miss_deadline_ms`: `MIN_CALL_MS`, or a tenth of a deadline shorter than
+ * 500 ms, so that a deadline configured that short still lets its first call out.
+ */
+export function callFloorMs(deadlineMs: number): number {
+  return Math.min(MIN_CALL_MS, Math.floor(deadlineMs / 10));
+}
+
+/** The floor an attempt carries, `MIN_CALL_MS` where none was set. */
+export function floorOf(attempt: Attempt): number {
+  return attempt.minCallMs ?? MIN_CALL_MS;
+}
+
+/** Whole milliseconds left before `deadline` (`performance.now()` time); negative once past. */
+export function msLeft(deadline: number): number {
+  return Math.floor(deadline - performance.now());
+}
 
 /**
  * The refusals that are a "wait": the client may come back after `retryAfterSeconds` (429 with
@@ -64,8 +93,12 @@ export type UpstreamResult = (
    * is the provider's HTTP status when it sent one.
    */
   | { readonly kind: 'failed'; readonly failure: UpstreamFailure; readonly reason: string; readonly status?: number }
-  /** No complete answer within the upstream's `timeout_ms` (or what was left of the deadline). */
-  | { readonly kind: 'timeout'; readonly reason: string }
+  /**
+   * No complete answer within the upstream's `timeout_ms`, or within what was left of the miss
+   * deadline when that was shorter (`deadline` true): such a cut says nothing of the upstream's
+   * health, so the breaker and the throttle do not count it (verdict.ts).
+   */
+  | { readonly kind: 'timeout'; readonly reason: string; readonly deadline?: true }
   /** perch made no call: see `RefusalReason`. `retryAfterSeconds` is whole seconds, at least 1. */
   | { readonly kind: 'refused'; readonly reason: RefusalReason; readonly retryAfterSeconds: number }
 ) & { readonly credential?: string; readonly limit?: ProviderLimit };
@@ -86,6 +119,8 @@ export interface Attempt {
   readonly request: EndpointRequest;
   /** `performance.now()` by which every layer must be done: queue, retries and the exchange. */
   readonly deadline: number;
+  /** The least of the deadline that must be left to start a call (`callFloorMs`); absent: `MIN_CALL_MS`. */
+  readonly minCallMs?: number;
   /**
    * Pass-through auth: the client's own key, sent in place of a configured credential, and the
    * id that names it in logs and provider stops.

@@ -6,7 +6,8 @@ export type Verdict = 'failure' | 'success' | 'neutral';
 /**
  * Whether the provider itself is unwell, one rule for every layer that judges its health. A
  * 401/403 is a credential the pool takes out (or an endpoint it stops asking on it), a 429 a stop the guard honours, a refusal a call
- * never made: none says the upstream is down.
+ * never made, a timeout the miss deadline imposed a cut of the request's own time: none says
+ * the upstream is down.
  */
 export function verdictOf(result: UpstreamResult): Verdict {
   switch (result.kind) {
@@ -15,7 +16,8 @@ export function verdictOf(result: UpstreamResult): Verdict {
     case 'bad_request':
       return 'success';
     case 'timeout':
-      return 'failure';
+      // The miss deadline cut the exchange short: the upstream never had its `timeout_ms`.
+      return result.deadline === true ? 'neutral' : 'failure';
     case 'failed':
       return result.failure === 'unauthorized' || result.failure === 'forbidden' ? 'neutral' : 'failure';
     case 'rate_limited':

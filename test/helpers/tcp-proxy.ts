@@ -9,6 +9,14 @@ export interface TcpProxy {
   cut(): void;
   /** Lets connections through again. */
   restore(): void;
+  /**
+   * Holds every reply from the target (requests still go through) until `release`: a Redis
+   * command's reply held in flight, to order it after something else. Returns how many reply
+   * bytes are held so far, as a function.
+   */
+  hold(): () => number;
+  /** Sends the held replies on, in order, and lets further ones through. */
+  release(): void;
 }
 
 /**
@@ -18,6 +26,9 @@ export interface TcpProxy {
 export async function startTcpProxy(t: TestContext, targetPort: number): Promise<TcpProxy> {
   const open = new Set<Socket>();
   let cut = false;
+  /** Replies held while `hold` lasts, per client socket, in arrival order. */
+  let held: Map<Socket, Buffer[]> | undefined;
+  let heldBytes = 0;
   const server = createServer((client) => {
     if (cut) {
       client.destroy();
@@ -29,7 +40,15 @@ export async function startTcpProxy(t: TestContext, targetPort: number): Promise
       socket.on('close', () => open.delete(socket));
       socket.on('error', () => {});
     }
-    client.pipe(upstream).pipe(client);
+    client.pipe(upstream);
+    upstream.on('data', (chunk: Buffer) => {
+      if (held === undefined) {
+        client.write(chunk);
+        return;
+      }
+      heldBytes += chunk.length;
+      held.set(client, [...(held.get(client) ?? []), chunk]);
+    });
     client.on('close', () => upstream.destroy());
     upstream.on('close', () => client.destroy());
   });
@@ -49,6 +68,16 @@ export async function startTcpProxy(t: TestContext, targetPort: number): Promise
     },
     restore: () => {
       cut = false;
+    },
+    hold: () => {
+      held ??= new Map();
+      return () => heldBytes;
+    },
+    release: () => {
+      const replies = held;
+      held = undefined;
+      heldBytes = 0;
+      for (const [client, chunks] of replies ?? []) for (const chunk of chunks) if (!client.destroyed) client.write(chunk);
     },
   };
 }
