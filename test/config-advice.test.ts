@@ -33,7 +33,7 @@ test('a heap limit below 0.85 x max_bytes + 64 MiB is named at start-up with the
   assert.equal(heapNeeded(config), needed);
   assert.equal(heapShortfall(config, needed - 1), needed);
   assert.equal(heapShortfall(config, needed), undefined);
-  // The README's recommendation, max_bytes in MiB + 64 for the old space alone, clears it.
+  // A round figure, max_bytes in MiB + 64 for the old space alone, clears it too.
   assert.equal(heapShortfall(config, (128 + 64) * MIB), undefined);
 });
 

@@ -11,10 +11,11 @@ import { readmeTable, TABLE_END, TABLE_START } from '../src/config/readme-table.
 const read = (path: string) => readFileSync(new URL(`../../${path}`, import.meta.url), 'utf8');
 const SCHEMA_FILE = 'config/perch.schema.json';
 
-test(`${SCHEMA_FILE} and the README's table are what the definition generates (npm run schema rewrites both)`, () => {
+test(`${SCHEMA_FILE} and the table of docs/configuration.md are what the definition generates (npm run schema rewrites both)`, () => {
   assert.deepEqual(JSON.parse(read(SCHEMA_FILE)), configSchema());
-  const readme = read('README.md');
-  const table = readme.slice(readme.indexOf(TABLE_START) + TABLE_START.length + 1, readme.indexOf(TABLE_END) - 1);
+  const page = read('docs/configuration.md');
+  assert.ok(page.includes(TABLE_START) && page.includes(TABLE_END), 'the page has the table markers');
+  const table = page.slice(page.indexOf(TABLE_START) + TABLE_START.length + 1, page.indexOf(TABLE_END) - 1);
   assert.equal(table, readmeTable());
   assert.match(table, /^\| `server\.port` \| `8080` \| TCP port, 0-65535 \(0 picks a free port\) \|$/m);
 });
@@ -50,17 +51,21 @@ extra: 1
 
 const ajv = new Ajv2020({ strict: true, allErrors: true });
 const validate = ajv.compile(configSchema());
-const README_EXAMPLE = /## Configuration reference[\s\S]*?```yaml\n([\s\S]*?)```/.exec(read('README.md'))![1]!;
+/** The first YAML block after `heading` in a Markdown file. */
+const example = (path: string, heading: string) => new RegExp(`\n${heading}\n[\\s\\S]*?\`\`\`yaml\n([\\s\\S]*?)\`\`\``).exec(read(path))![1]!;
+const DOCS_EXAMPLE = example('docs/configuration.md', '## Example');
+const README_EXAMPLE = example('README.md', '## A production configuration');
 
 test('the schema accepts the shipped and documented configurations and refuses unknown keys, wrong types and values out of range', () => {
   for (const [name, text] of [
     ['config/perch.yaml', read('config/perch.yaml')],
     ['deploy/perch.yaml', read('deploy/perch.yaml')],
-    ['the README example', README_EXAMPLE],
+    ['the example of docs/configuration.md', DOCS_EXAMPLE],
+    ["the README's production configuration", README_EXAMPLE],
   ] as const) {
     assert.ok(validate(parse(text)), `${name}: ${ajv.errorsText(validate.errors)}`);
   }
-  const valid = parse(README_EXAMPLE) as Record<string, unknown>;
+  const valid = parse(DOCS_EXAMPLE) as Record<string, unknown>;
   assert.equal(validate({ ...valid, serverr: {} }), false, 'unknown top-level key');
   assert.equal(validate({ ...valid, server: { host: '0.0.0.0', port: 'eighty' } }), false, 'a string that is no ${ENV} for a number');
   assert.equal(validate({ ...valid, server: { port: 70000 } }), false, 'a port out of range');
@@ -75,7 +80,7 @@ test('the schema accepts the shipped and documented configurations and refuses u
  * a value perch accepts the schema accepts, and a value the schema refuses perch refuses.
  */
 test('perch and the editor schema agree on the values of the keys they both check (property)', () => {
-  const base = parse(README_EXAMPLE) as Record<string, Record<string, unknown>>;
+  const base = parse(DOCS_EXAMPLE) as Record<string, Record<string, unknown>>;
   const values = fc.oneof(fc.integer({ min: -10, max: 2_000_000 }), fc.double({ noNaN: true, min: -10, max: 1e7 }), fc.boolean(), fc.constantFrom('x', 'iso', 'ietf', '/m', 'keys'));
   const keys = fc.constantFrom(
     ['server', 'port'],

@@ -3,13 +3,13 @@ import { readFileSync } from 'node:fs';
 import { test } from 'node:test';
 import { ERROR_MESSAGES, ERROR_TABLE } from '../src/errors/error-table.js';
 
-// Tests run from dist/test; the README sits at the repository root.
-const README = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+// Tests run from dist/test; docs/ sits at the repository root.
+const ERRORS_PAGE = readFileSync(new URL('../../docs/errors.md', import.meta.url), 'utf8');
 
-/** Rows of the README's error table: `| E401 | 401 | Invalid API key | ... |`. */
-function readmeRows(): Map<string, { status: number; message: string }> {
+/** Rows of the error table of docs/errors.md: `| E401 | 401 | Invalid API key | ... |`. */
+function pageRows(): Map<string, { status: number; message: string }> {
   const rows = new Map<string, { status: number; message: string }>();
-  for (const line of README.split('\n')) {
+  for (const line of ERRORS_PAGE.split('\n')) {
     const cells = line.split('|').map((c) => c.trim());
     const match = /^`?(E\d{3})`?$/.exec(cells[1] ?? '');
     if (match === null) continue;
@@ -18,16 +18,16 @@ function readmeRows(): Map<string, { status: number; message: string }> {
   return rows;
 }
 
-test("the README's error table lists exactly the codes, statuses and messages of the code's table", () => {
-  const rows = readmeRows();
+test("the error table of docs/errors.md lists exactly the codes, statuses and messages of the code's table", () => {
+  const rows = pageRows();
   assert.deepEqual([...rows.keys()].sort(), Object.keys(ERROR_TABLE).sort());
   for (const [code, { status, message }] of Object.entries(ERROR_TABLE)) {
     assert.deepEqual(rows.get(code), { status, message }, code);
   }
 });
 
-test('the README names every per-case message', () => {
-  for (const message of Object.values(ERROR_MESSAGES)) assert.ok(README.includes(message), message);
+test('docs/errors.md names every per-case message', () => {
+  for (const message of Object.values(ERROR_MESSAGES)) assert.ok(ERRORS_PAGE.includes(message), message);
 });
 
 test('the two messages the interface fixes are exact', () => {

@@ -1,5 +1,6 @@
-// README claims about signals, each held against a real `perch` process (dist/src/main.js):
-// a second stop signal, and what a SIGHUP re-reads and applies.
+// Documented claims about signals (docs/cli.md, Signals; docs/configuration.md), each held
+// against a real `perch` process (dist/src/main.js): a second stop signal, and what a SIGHUP
+// re-reads and applies.
 import assert from 'node:assert/strict';
 import { execFileSync, spawn } from 'node:child_process';
 import { closeSync, constants, openSync, writeFileSync } from 'node:fs';
@@ -28,7 +29,7 @@ function count(text: string, needle: string): number {
   return text.split(needle).length - 1;
 }
 
-// README, Signals: "A second signal exits at once (status 1)."
+// docs/cli.md, Signals: "A second signal exits at once (status 1)."
 for (const [first, second] of [
   ['SIGTERM', 'SIGTERM'],
   ['SIGTERM', 'SIGINT'],
@@ -60,7 +61,7 @@ for (const [first, second] of [
   });
 }
 
-// README, Signals: "... within half a second without them when stdout does not take them."
+// docs/cli.md, Signals: "... within half a second without them when stdout does not take them."
 test('a second stop signal ends perch within a second while stdout takes nothing (a stalled pipe)', T, async (t) => {
   const upstream = await startUpstream(t, sampleProvider);
   const dir = tempDir(t, 'perch-claims-');
@@ -97,7 +98,7 @@ test('a second stop signal ends perch within a second while stdout takes nothing
   assert.deepEqual(exit, { code: null, signal: 'SIGTERM' }, `after ${Math.round(performance.now() - started)} ms`);
 });
 
-// README, Signals: "An uncaught exception ... writes the log's last lines synchronously".
+// docs/cli.md, Signals: "An uncaught exception ... writes the log's last lines synchronously".
 test('an uncaught exception writes the access lines still batched and the fatal line, then exits 1', T, async (t) => {
   const upstream = await startUpstream(t, sampleProvider);
   const dir = tempDir(t, 'perch-claims-');
@@ -126,7 +127,7 @@ test('an uncaught exception writes the access lines still batched and the fatal 
   assert.deepEqual([fatal?.msg, fatal?.err?.message], ['uncaught exception: exiting', 'test crash']);
 });
 
-// README, Configuration reference: "Files are read at start-up and again on every SIGHUP, so a
+// docs/configuration.md, How the file is read: "Files are read at start-up and again on every SIGHUP, so a
 // rotated secret applies on reload."
 test('a ${file:...} client key is re-read on SIGHUP: the rotated key is accepted, the old one is 401', T, async (t) => {
   const dir = tempDir(t, 'perch-claims-');
@@ -156,7 +157,7 @@ test('a ${file:...} client key is re-read on SIGHUP: the rotated key is accepted
   assert.equal(perch.output().includes(newKey) || perch.output().includes(oldKey), false, 'no secret is logged');
 });
 
-// README, Signals: "keys ..., admin keys, TTLs, routes, upstreams and `log.level` apply to the next
+// docs/cli.md, Signals: "keys ..., admin keys, TTLs, routes, upstreams and `log.level` apply to the next
 // request"; Status page: "The option [admin.status_page] applies on SIGHUP like the admin keys."
 test('SIGHUP applies log.level and admin.status_page', T, async (t) => {
   const dir = tempDir(t, 'perch-claims-');
@@ -207,7 +208,7 @@ test('SIGHUP applies log.level and admin.status_page', T, async (t) => {
   assert.equal(count(perch.stdout(), 'malformed request rejected'), 1);
 });
 
-// README, Signals: "A changed plan keeps each client's current token count (capped at the new
+// docs/cli.md, Signals: "A changed plan keeps each client's current token count (capped at the new
 // capacity)."
 test("a SIGHUP that changes plans keeps each client's token count, capped at the new capacity", T, async (t) => {
   const dir = tempDir(t, 'perch-claims-');

@@ -1,4 +1,4 @@
-// README claims held against real processes and real HTTP servers: `perch --health-check` over
+// Documented claims (README.md and docs/) held against real processes and real HTTP servers: `perch --health-check` over
 // HTTPS and on `::`, and `server.miss_deadline_ms` as the bound of a whole miss. The claims about
 // signals are in readme-claims-signals.test.ts.
 import assert from 'node:assert/strict';
@@ -23,7 +23,7 @@ function writeConfig(t: TestContext, text: string): string {
   return path;
 }
 
-// README, Command line: "--health-check reads the same configuration as the server and asks
+// docs/cli.md: "--health-check reads the same configuration as the server and asks
 // /healthz on its server.host (loopback for 0.0.0.0 / ::), server.port and scheme (with
 // server.tls, HTTPS without verifying the certificate)".
 test('perch --health-check asks over HTTPS when server.tls is set: 1 while down, 0 once perch serves', { timeout: 30_000 }, async (t) => {
@@ -57,7 +57,7 @@ test('perch --health-check finds a perch bound to server.host "::" on the IPv6 l
   assert.deepEqual([up.code, up.stdout, up.stderr], [0, '', '']);
 });
 
-// README, Configuration reference: "server.miss_deadline_ms: bound on everything a miss waits for
+// docs/configuration.md, Reference: "server.miss_deadline_ms: bound on everything a miss waits for
 // upstream: the call cap's queue, retries and their backoff, failover along the route".
 
 const DEADLINE_MS = 700;

@@ -16,7 +16,8 @@ import { HIT_PATH, HIT_USER_ID, primeHit } from './hit.mjs';
 
 /** The fixed rate, as a share of perch's saturated throughput: loaded, with room for its tail. */
 const LOAD_SHARE = 0.5;
-const P99_TARGET_MS = 2;
+/** Relative, as decided: the machine sets the milliseconds, the bound beside perch shows how many. */
+const P99_TARGET_RATIO = 1.5;
 
 export async function hitRateScenario(ctx) {
   const { options } = ctx;
@@ -77,7 +78,7 @@ export async function hitRateScenario(ctx) {
       // The server has room at this rate: only the generator, failed requests and the rate apply.
       rule: 'latency',
     });
-    const figures = [figure('p99', 'p99', { text: `<= ${P99_TARGET_MS} ms`, pass: (v) => v <= P99_TARGET_MS }), figure('p999', 'p99.9')];
+    const figures = [figure('p99', 'p99', { text: `<= ${P99_TARGET_RATIO}x plain bound`, pass: (v, b, ratio) => ratio <= P99_TARGET_RATIO }), figure('p999', 'p99.9')];
     notes.push(
       `Hit rate: latency counts from each request's due time (open loop, ${options.connections} keep-alive connections, one request in flight on each, the rest queued for the first free one), so a stall counts against every request it delays. The generator (lib/open-loop-child.mjs) sleeps between due times with Atomics.wait, which wakes ~0.05-0.1 ms late; an answer arriving meanwhile is timestamped then, so latencies carry up to about that much of the generator's own, alike for both targets. Its own lateness is in the table ("send lag").`,
     );

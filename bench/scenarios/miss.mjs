@@ -93,16 +93,21 @@ export async function missScenario(ctx) {
       figures: [
         latency('miss.p50', `miss latency p50, ${conns} (ms)`, series('perch', 'p50'), { label: 'direct', runs: series('direct', 'p50') }),
         latency('miss.p99', `miss latency p99, ${conns} (ms)`, series('perch', 'p99'), { label: 'direct', runs: series('direct', 'p99') }),
-        latency('miss.added.p50', `miss path added latency p50, ${conns} (ms)`, added('p50'), { label: 'direct p50', runs: series('direct', 'p50') }, {
-          text: '<= 0.3 ms',
-          pass: (v) => v <= 0.3,
-        }),
+        // No absolute p50 target: the bound below does the same work plainly, and the machine sets its milliseconds.
+        latency('miss.added.p50', `miss path added latency p50, ${conns} (ms)`, added('p50'), { label: 'direct p50', runs: series('direct', 'p50') }),
         latency('miss.added.p99', `miss path added latency p99, ${conns} (ms)`, added('p99'), { label: 'direct p99', runs: series('direct', 'p99') }, {
           text: '<= 2 ms',
           pass: (v) => v <= 2,
         }),
         ...['p50', 'p99'].map((field) =>
-          latency(`miss.added.${field}.bound`, `miss path added latency ${field}, perch against ${bound.label} (ms)`, added(field), { label: `bound, added ${field}`, runs: addedBy(bound.name, field) }, undefined, withBound(bound)),
+          latency(
+            `miss.added.${field}.bound`,
+            `miss path added latency ${field}, perch against ${bound.label} (ms)`,
+            added(field),
+            { label: `bound, added ${field}`, runs: addedBy(bound.name, field) },
+            field === 'p50' ? { text: '<= 1.2x the bound', pass: (v, b, ratio) => ratio <= 1.2 } : undefined,
+            withBound(bound),
+          ),
         ),
         ...bounds.flatMap((b) =>
           ['p50', 'p99'].map((field) =>

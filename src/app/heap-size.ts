@@ -18,7 +18,8 @@ export const HEAP_SIZING_ENV = 'PERCH_HEAP_SIZING';
  * `--max-semi-space-size`. Node's default grows it to 16 MiB (Node 20) or 32 MiB (Node 24) under
  * load, three times that of RSS for the young generation alone; a fill with 4 MiB measured the
  * same rate. Hits pay for it in scavenges: 16 MiB served about 5% more of them for about 24 MiB
- * more RSS after a fill (see the README's Memory section), a trade left to the operator.
+ * more RSS after a fill (docs/operations.md, Sizing memory and cores), a trade left to the
+ * operator.
  */
 export const SEMI_SPACE_MIB = 4;
 
@@ -31,8 +32,8 @@ export const SEMI_SPACE_MIB = 4;
  * collection every 0.6 s under hits and every 0.65 s under misses (63-75 ms of concurrent marking
  * a cycle on its worker threads), and on a core shared with those threads the misses that waited
  * for them were the miss tail. At 128 MiB, 3/8 (48 MiB) held 4-5 MiB more RSS after a fill of
- * ~10 KB pages and none after one of small users, where 64 MiB held 11-12 MiB more (README,
- * Memory).
+ * ~10 KB pages and none after one of small users, where 64 MiB held 11-12 MiB more (the runs are
+ * in README.md's git history).
  */
 export const INITIAL_OLD_SPACE_SHARE = 3 / 8;
 
@@ -44,7 +45,7 @@ export const MALLOC_ARENA_ENV = 'MALLOC_ARENA_MAX';
  * `MALLOC_ARENA_MAX` already. By default glibc gives each thread that allocates an arena of its
  * own, up to 8 per core; V8's compiler and GC threads and libuv's pool each keep what they freed
  * there, a few MiB apiece. One arena held 5-8 MiB less RSS after a fill on Node 20 and 15-21 MiB
- * less on Node 24, with hits and misses as fast on one core (README, Memory); two arenas saved
+ * less on Node 24, with hits and misses as fast on one core (docs/performance.md); two arenas saved
  * about nothing on Node 20. Other C libraries (musl) ignore the variable.
  */
 export const MALLOC_ARENAS = 1;
@@ -56,8 +57,9 @@ export const MALLOC_ARENAS = 1;
  * working memory comes from malloc: the first 64 concurrent misses of a new perch grew glibc's
  * heap from about 11 to 43 MiB on Node 20 (about +10 MiB on Node 24), and glibc kept it after
  * the compilation freed it, as free chunks below memory still in use. With the flag the heap
- * stayed where it started; llhttp's work costs about 4 µs more per upstream request (README,
- * Memory). V8 marks the flag "for testing", so perch passes it only to a node that knows it.
+ * stayed where it started; llhttp's work costs about 4 µs more per upstream request
+ * (docs/performance.md). V8 marks the flag "for testing", so perch passes it only to a node that
+ * knows it.
  */
 export const WASM_BASELINE_FLAG = '--liftoff-only';
 

@@ -12,8 +12,8 @@ type Execve = (file: string, args: string[], env: NodeJS.ProcessEnv) => never;
  * process starts. Where node has `process.execve` (22.15+), this process becomes the new one, so
  * the PID, the signals and the exit status are as if it had started that way. On Node 20 a child
  * runs it on this process's stdio; this one stays as a launcher that passes signals on and exits
- * as the child did, at the cost of one idle node process (the README's Memory section has its
- * RSS).
+ * as the child did, at the cost of one idle node process (docs/operations.md, Sizing memory and
+ * cores, has its RSS).
  */
 export function relaunch(flags: readonly string[], extraEnv: Readonly<Record<string, string>>): void {
   const args = [...flags, ...process.execArgv, ...process.argv.slice(1)];

@@ -98,8 +98,8 @@ function smaller(bytes: Buffer | undefined, body: Buffer): Buffer | undefined {
  * because every Buffer allocated on its own costs an ArrayBuffer object in the heap and a
  * backing-store record outside it besides its bytes (issue 22). The identity body keeps its own:
  * packing it too meant copying it once more per miss, and on Node 20 RSS after a fill of 10 KB
- * pages rose instead of falling (README, Memory; the copies left for the GC are the likely
- * cause, not verified).
+ * pages rose instead of falling (the copies left for the GC are the likely cause, not verified;
+ * docs/performance.md, Memory and the heap).
  */
 function packed(br: Buffer | undefined, gzip: Buffer | undefined): Variants | undefined {
   const brBytes = br?.length ?? 0;

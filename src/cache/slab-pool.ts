@@ -67,7 +67,7 @@ export interface SlabStats {
  * V8 counts every Buffer allocated since its last full collection against the old generation's
  * limit (`AllocatedExternalMemorySinceMarkCompact` in heap.h), so each stored body brought the
  * next full collection closer, and an evicted body's memory came back only after one: the miss
- * tail and the hits' GC share (README, Performance). Regions of a reservation made once are
+ * tail and the hits' GC share (docs/performance.md). Regions of a reservation made once are
  * counted once, at start, and an evicted entry's region is reused as soon as no open request
  * can still be reading it (grace-periods.ts).
  *

@@ -2,17 +2,17 @@
  * The building blocks of the one definition of the configuration file (schema.ts): each node
  * carries a key's type, default, range or choices, meaning and the upstream kinds it applies to.
  * Everything else is derived from the nodes: validation (walk.ts), the TypeScript types
- * (`Infer`), the editor schema (json-schema.ts) and the README's table (readme-table.ts). A new
- * key is one node here plus its use.
+ * (`Infer`), the editor schema (json-schema.ts) and the configuration table of
+ * docs/configuration.md (readme-table.ts). A new key is one node here plus its use.
  */
 
 /** The upstream kinds; a key under `upstreams.<name>` exists for the kinds whose branch lists it. */
 export type UpstreamKind = 'v1' | 'x_v2' | 'fixture';
 
 interface Documented {
-  /** The key's meaning: the README's "meaning" column and the editor schema's description. */
+  /** The key's meaning: the configuration table's "meaning" column and the editor schema's description. */
   readonly doc: string;
-  /** The README's default column when it is prose (`-`, `the first upstream`), not the default as code. */
+  /** The configuration table's default column when it is prose (`-`, `the first upstream`), not the default as code. */
   readonly readme?: string;
 }
 
@@ -92,7 +92,7 @@ export interface ObjNode<P extends Props = Props> extends Documented {
 /** A mapping whose keys are the operator's choice (`<plan>`, `<name>`) or the endpoint names. */
 export interface RecordNode<V extends AnyNode = AnyNode> extends Documented {
   readonly type: 'record';
-  /** How the README and key paths name a key: `<plan>`, `<name>`, `<endpoint>`. */
+  /** How the configuration table and key paths name a key: `<plan>`, `<name>`, `<endpoint>`. */
   readonly placeholder: string;
   readonly value: V;
   /** Allowed keys; absent: any key matching `pattern`. */

@@ -18,12 +18,12 @@ export function configSchema(): JsonSchema {
   return {
     $schema: 'https://json-schema.org/draft/2020-12/schema',
     title: 'perch configuration',
-    description: 'Generated from src/config/schema.ts (npm run schema); see the README, "Configuration reference".',
+    description: 'Generated from src/config/schema.ts (npm run schema); see docs/configuration.md.',
     ...objectSchema(CONFIG),
   };
 }
 
-/** A node's meaning as plain text: the README escapes its pipes. */
+/** A node's meaning as plain text: the Markdown table escapes its pipes. */
 export function plainDoc(doc: string): string {
   return doc.replaceAll('\\|', '|');
 }

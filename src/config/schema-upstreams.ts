@@ -6,8 +6,8 @@ import { UPSTREAM_NAME_PATTERN } from './schema-helpers.js';
  * provider and the connection keys are shared by both HTTP kinds; `fixture` takes only `kind`.
  */
 
-const SEE_PROTECTING = '(see [Protecting the provider](#protecting-the-provider))';
-const SEE_BREAKERS = '(see [Breakers and retries](#breakers-and-retries))';
+const SEE_PROTECTING = '(see [Protecting the provider](provider.md#protecting-the-provider))';
+const SEE_BREAKERS = '(see [Breakers and retries](upstreams.md#breakers-and-retries))';
 
 const quota = obj(
   {
@@ -115,7 +115,7 @@ const HTTP = {
     min: 0,
     max: 1_000_000_000,
     readme: '-',
-    doc: "what one call to this upstream costs, a number from 0: each key's calls are then also summed as `perch_key_upstream_spend_total` (see [Sharing the provider](#sharing-the-provider))",
+    doc: "what one call to this upstream costs, a number from 0: each key's calls are then also summed as `perch_key_upstream_spend_total` (see [Sharing the provider](provider.md#sharing-the-provider))",
   }),
   retries: int({
     min: 0,
@@ -160,7 +160,7 @@ const v1 = obj(
       'upstream',
       'what a 429 stops: the credential on every endpoint (`upstream`), or only on the endpoint that drew it (`endpoint`, for per-endpoint limits such as X\'s)',
     ),
-    propagate_trace: bool({ default: true, doc: 'send `traceparent` and `tracestate` with each call, so the provider\'s own spans join the trace (see [Tracing](#tracing))' }),
+    propagate_trace: bool({ default: true, doc: 'send `traceparent` and `tracestate` with each call, so the provider\'s own spans join the trace (see [Tracing](observability.md#tracing))' }),
     ...HTTP,
   },
   { doc: 'an HTTP provider that speaks this same interface' },
@@ -168,7 +168,7 @@ const v1 = obj(
 
 const xV2 = obj(
   {
-    kind: str({ enum: ['x_v2'] as const, required: true, doc: 'the X API v2, see [In front of the X API v2](#in-front-of-the-x-api-v2)' }),
+    kind: str({ enum: ['x_v2'] as const, required: true, doc: 'the X API v2, see [In front of the X API v2](upstreams.md#in-front-of-the-x-api-v2)' }),
     url: str({ default: 'https://api.twitter.com', doc: "X's origin; tests point it at a local stand-in" }),
     bearer_token: str({
       readme: '-',
@@ -200,7 +200,7 @@ const xV2 = obj(
       'endpoint',
       "what an X 429 stops: that credential's calls to that endpoint, since X's windows are per endpoint and per token (`upstream`: all its endpoints)",
     ),
-    propagate_trace: bool({ default: false, doc: 'send `traceparent` and `tracestate` to X; off by default, so perch never hands its trace ids to a third party unless asked (see [Tracing](#tracing))' }),
+    propagate_trace: bool({ default: false, doc: 'send `traceparent` and `tracestate` to X; off by default, so perch never hands its trace ids to a third party unless asked (see [Tracing](observability.md#tracing))' }),
     ...HTTP,
   },
   { doc: 'the X API v2 behind the interface' },

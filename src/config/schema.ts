@@ -6,8 +6,8 @@ import { UPSTREAM, UPSTREAM_NAME } from './schema-upstreams.js';
 /**
  * The one definition of the configuration file: every key with its type, default, range or
  * choices and meaning. Validation (walk.ts), the types (types.ts), the editor schema
- * (config/perch.schema.json) and the README's configuration table are derived from it; the
- * rules between keys are in rules.ts.
+ * (config/perch.schema.json) and the configuration table of docs/configuration.md are derived
+ * from it; the rules between keys are in rules.ts.
  */
 
 const HOUR_MS = 3_600_000;
@@ -38,7 +38,7 @@ const server = obj(
       min: 1,
       max: 1_000_000,
       default: 10_000,
-      doc: 'connections open at once; at the cap a new one sheds the oldest connection that never sent a request, else the longest-idle keep-alive one (see [Limits and TLS](#limits-and-tls))',
+      doc: 'connections open at once; at the cap a new one sheds the oldest connection that never sent a request, else the longest-idle keep-alive one (see [Limits and TLS](operations.md#limits-and-tls))',
     }),
     tls: obj(
       {
@@ -50,7 +50,7 @@ const server = obj(
     rate_limit_headers: strList({
       enum: ['ietf', 'x_rate_limit'] as const,
       default: ['ietf'] as const,
-      doc: "rate-limit header dialects on answers, at least one: `ietf` (`RateLimit`, `RateLimit-Policy`) and `x_rate_limit` (Twitter's `x-rate-limit-limit`, `-remaining`, `-reset`); see [Rate limits](#rate-limits)",
+      doc: "rate-limit header dialects on answers, at least one: `ietf` (`RateLimit`, `RateLimit-Policy`) and `x_rate_limit` (Twitter's `x-rate-limit-limit`, `-remaining`, `-reset`); see [Rate limits](rate-limits.md)",
     }),
   },
   { doc: 'the listener', section: true },
@@ -68,7 +68,7 @@ const auth = obj(
     mode: str({
       enum: ['keys', 'upstream'] as const,
       default: 'keys',
-      doc: "who checks a client's `X-API-Key`: `keys` (perch, against `auth.keys`) or `upstream` (the provider; see [Pass-through auth](#pass-through-auth))",
+      doc: "who checks a client's `X-API-Key`: `keys` (perch, against `auth.keys`) or `upstream` (the provider; see [Pass-through auth](upstreams.md#pass-through-auth))",
     }),
     keys: list(
       obj(
@@ -127,19 +127,19 @@ const admin = obj(
     ),
     status_page: bool({
       default: false,
-      doc: 'serve the operator status page, `GET /status` and `GET /status.json` (see [Status page](#status-page)); `false`: both paths answer like any unknown route',
+      doc: 'serve the operator status page, `GET /status` and `GET /status.json` (see [Status page](observability.md#status-page)); `false`: both paths answer like any unknown route',
     }),
   },
-  { readme: '-', doc: 'operator access to `POST /admin/purge` (see [Purging](#purging)) and the status page; absent: neither exists (404)' },
+  { readme: '-', doc: 'operator access to `POST /admin/purge` (see [Purging](caching.md#purging)) and the status page; absent: neither exists (404)' },
 );
 
-const SEE_SHARING = '(see [Sharing the provider](#sharing-the-provider))';
+const SEE_SHARING = '(see [Sharing the provider](provider.md#sharing-the-provider))';
 
 const plan = obj(
   {
     capacity: int({ min: 1, required: true, doc: 'token-bucket size: requests allowed at once (positive integer)' }),
     refill_per_second: num({ min: 0, max: Number.MAX_VALUE, aboveMin: true, required: true, expected: 'a positive number', doc: 'tokens added per second (positive number)' }),
-    cost_of_hit: int({ min: 0, max: 1, values: [0, 1], default: 1, expected: '0 or 1', doc: 'tokens a cache hit costs, `0` or `1` (see [Rate limits](#rate-limits))' }),
+    cost_of_hit: int({ min: 0, max: 1, values: [0, 1], default: 1, expected: '0 or 1', doc: 'tokens a cache hit costs, `0` or `1` (see [Rate limits](rate-limits.md))' }),
     provider_weight: num({
       min: 0.001,
       max: 1000,
@@ -203,7 +203,7 @@ const cache = obj(
           min: 1_048_576,
           default: 268_435_456,
           expected: 'an integer of at least 1048576 (1 MiB)',
-          doc: "bound on what the in-process cache's entries are charged (bodies as stored, keys and per-entry overhead), at least 1 MiB; the memory the bodies hold is at most twice it after the traffic's entry sizes change (see [Caching](#caching))",
+          doc: "bound on what the in-process cache's entries are charged (bodies as stored, keys and per-entry overhead), at least 1 MiB; the memory the bodies hold is at most twice it after the traffic's entry sizes change (see [Caching](caching.md#the-memory-tier))",
         }),
       },
       { doc: 'the in-process tier', section: true },
@@ -230,7 +230,7 @@ const cache = obj(
           min: 0,
           max: 1_073_741_824,
           default: 1024,
-          doc: 'smallest body compressed, in bytes; smaller bodies are stored and sent as they are (see [Compression and revalidation](#compression-and-revalidation))',
+          doc: 'smallest body compressed, in bytes; smaller bodies are stored and sent as they are (see [Compression and revalidation](caching.md#compression-and-revalidation))',
         }),
       },
       {
@@ -242,7 +242,7 @@ const cache = obj(
       min: 0,
       max: 86_400,
       default: 600,
-      doc: 'how long past its TTL an entry is kept and served stale (see [Redis tier](#redis-tier-and-stale-serving)), integer 0-86400; 0 disables stale serving',
+      doc: 'how long past its TTL an entry is kept and served stale (see [Stale serving](caching.md#stale-serving)), integer 0-86400; 0 disables stale serving',
     }),
   },
   { doc: 'the two cache tiers', section: true },
@@ -259,7 +259,7 @@ const metrics = obj(
     }),
     require_admin: bool({
       default: false,
-      doc: 'answer metrics only to a scraper presenting an `admin.keys` key, as `Authorization: Bearer <key>` (Prometheus\'s `authorization`) or `X-API-Key`; other requests are 401 (see [Metrics](#metrics))',
+      doc: 'answer metrics only to a scraper presenting an `admin.keys` key, as `Authorization: Bearer <key>` (Prometheus\'s `authorization`) or `X-API-Key`; other requests are 401 (see [Metrics](observability.md#metrics))',
     }),
   },
   { doc: 'the Prometheus endpoint', section: true },
@@ -271,9 +271,9 @@ const log = obj(
     time: str({
       enum: ['epoch_ms', 'iso'] as const,
       default: 'epoch_ms',
-      doc: 'the `time` field: `epoch_ms` (milliseconds since the epoch, a number) or `iso` (ISO-8601 UTC, `"2026-01-01T12:00:00.000Z"`); see [Logs](#logs)',
+      doc: 'the `time` field: `epoch_ms` (milliseconds since the epoch, a number) or `iso` (ISO-8601 UTC, `"2026-01-01T12:00:00.000Z"`); see [Logs](observability.md#logs)',
     }),
-    level_format: str({ enum: ['number', 'label'] as const, default: 'number', doc: 'the `level` field: `number` (`30`) or `label` (`"info"`); see [Logs](#logs)' }),
+    level_format: str({ enum: ['number', 'label'] as const, default: 'number', doc: 'the `level` field: `number` (`30`) or `label` (`"info"`); see [Logs](observability.md#logs)' }),
   },
   { doc: 'the JSON log', section: true },
 );
@@ -290,16 +290,16 @@ const tracing = obj(
       min: 0,
       max: 1,
       default: 1,
-      doc: 'share of new traces recorded, 0-1; a request that arrives with a `traceparent` follows its caller\'s decision (see [Tracing](#tracing))',
+      doc: 'share of new traces recorded, 0-1; a request that arrives with a `traceparent` follows its caller\'s decision (see [Tracing](observability.md#tracing))',
     }),
     service_name: str({ default: 'perch', doc: 'the `service.name` of every span' }),
     client_tracestate: bool({
       default: false,
-      doc: "keep an accepted caller's `tracestate` in its trace, and so send it to every upstream with `propagate_trace`; `false`: dropped, so nothing of the client's request reaches a provider (see [Tracing](#tracing))",
+      doc: "keep an accepted caller's `tracestate` in its trace, and so send it to every upstream with `propagate_trace`; `false`: dropped, so nothing of the client's request reaches a provider (see [Tracing](observability.md#tracing))",
     }),
   },
   {
-    doc: 'export spans over OTLP/HTTP (see [Tracing](#tracing)); absent: tracing is off unless `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set',
+    doc: 'export spans over OTLP/HTTP (see [Tracing](observability.md#tracing)); absent: tracing is off unless `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set',
     expected: 'must be a mapping with endpoint',
   },
 );

@@ -1,8 +1,8 @@
 /**
- * Every error perch answers with, in one table: code -> HTTP status -> message. The README's
- * error table is checked against this one by test/error-table.test.ts, so the two cannot drift.
- * Messages are the defaults; E400 and E404 carry a more precise message per case (see
- * `ERROR_MESSAGES`), which is why the README lists those variants too.
+ * Every error perch answers with, in one table: code -> HTTP status -> message. The error table
+ * of docs/errors.md is checked against this one by test/error-table.test.ts, so the two cannot
+ * drift. Messages are the defaults; E400 and E404 carry a more precise message per case (see
+ * `ERROR_MESSAGES`), which is why that page lists those variants too.
  */
 export const ERROR_TABLE = {
   E400: { status: 400, message: 'Invalid request' },
@@ -21,7 +21,7 @@ export const ERROR_TABLE = {
 
 export type ErrorCode = keyof typeof ERROR_TABLE;
 
-/** The fixed per-case messages beyond the defaults, so tests and README can name them. */
+/** The fixed per-case messages beyond the defaults, so tests and docs/errors.md can name them. */
 export const ERROR_MESSAGES = {
   userNotFound: 'User not found',
   tweetNotFound: 'Tweet not found',

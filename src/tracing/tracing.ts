@@ -78,7 +78,7 @@ export interface TracingOptions {
  * a dropped trace gets its ids from the pool and a non-recording span made by the API, which is
  * what the SDK would have returned, without its sampler, id generator, attribute checks and
  * metrics on every request. At `sample_ratio: 0.01` that is 99 requests in 100, and it halved
- * tracing's own CPU per hit (see the README's Tracing section). A caller's `traceparent` still
+ * tracing's own CPU per hit (docs/performance.md, Tracing). A caller's `traceparent` still
  * goes through the SDK, whose parent-based sampler follows the caller's decision.
  */
 export function createTracing(settings: TracingSettings, options: TracingOptions): Tracing {

@@ -6,7 +6,7 @@ import { Pool } from 'undici';
  * posts with node:http, whose request and response objects then pass through the same
  * functions as the server's answers (OutgoingMessage, its header writer, the stream corking):
  * V8 had compiled those for the server's objects alone, and the first export made them
- * polymorphic for every hit after it (seen with `--trace-deopt`; README, Tracing). perch's
+ * polymorphic for every hit after it (seen with `--trace-deopt`; docs/performance.md). perch's
  * provider calls already go through undici, which has its own request objects and parser.
  * The bytes are the SDK's: its protobuf serializer and export delegate run unchanged around
  * this, so no part of the protocol is perch's.

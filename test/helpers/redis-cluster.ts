@@ -38,7 +38,7 @@ export interface TestRedisClusterOptions {
 /**
  * A real Redis Cluster for one test (3 masters, no replicas unless asked): redis-server processes
  * on free ports, their cluster config files in a temporary directory, joined with `redis-cli
- * --cluster create`. `cluster-require-full-coverage no`, as perch's README advises: the nodes that
+ * --cluster create`. `cluster-require-full-coverage no`, as docs/redis.md advises: the nodes that
  * are up keep serving their slots while one is down. Resolves once every node reports
  * `cluster_state:ok`; when the test ends, every node is killed and the directory removed.
  */
