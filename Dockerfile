@@ -1,9 +1,9 @@
 # syntax=docker/dockerfile:1
 # The base image is pinned by tag only: pin it by digest too where you build, e.g.
-#   docker buildx imagetools inspect node:24.21.0-bookworm-slim --format '{{json .Manifest.Digest}}'
-# then FROM node:24.21.0-bookworm-slim@sha256:<digest> in both stages (no registry was reachable
+#   docker buildx imagetools inspect node:26.10.0-bookworm-slim --format '{{json .Manifest.Digest}}'
+# then FROM node:26.10.0-bookworm-slim@sha256:<digest> in both stages (no registry was reachable
 # when this file was written, so no digest is recorded here rather than an unchecked one).
-ARG NODE_IMAGE=node:24.21.0-bookworm-slim
+ARG NODE_IMAGE=node:26.10.0-bookworm-slim
 
 # Build stage: compile TypeScript with the dev dependencies, then keep only production ones.
 FROM ${NODE_IMAGE} AS build

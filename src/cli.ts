@@ -1,21 +1,25 @@
+import { availableParallelism } from 'node:os';
 import { parseArgs } from 'node:util';
 
 /** What the command line asked for. */
 export type Command =
-  | { readonly kind: 'serve'; readonly configPath: string }
+  /** `workers`: perch processes to run on the one port (`--workers`), 1 without the flag. */
+  | { readonly kind: 'serve'; readonly configPath: string; readonly workers: number }
   | { readonly kind: 'check'; readonly configPath: string }
   | { readonly kind: 'health_check'; readonly configPath: string }
   | { readonly kind: 'help' }
   | { readonly kind: 'version' }
   | { readonly kind: 'usage_error'; readonly message: string };
 
-export const USAGE = `Usage: perch [--config FILE] [--check-config | --health-check]
+export const USAGE = `Usage: perch [--config FILE] [--workers N | --check-config | --health-check]
 
   --config FILE     YAML configuration (default: $PERCH_CONFIG)
+  --workers N       serve with N perch processes sharing the port (auto: one per core);
+                    they share the cache and the limits through Redis, which this needs
   --check-config    validate the configuration and read the files it names, print every
                     problem, exit 0 or 2
   --health-check    GET /healthz on the configured listener, exit 0 when it answers 200, else 1
-  --version         print perch's version
+  --version         print perch's version and node's
   --help            show this text`;
 
 /** Parses argv (without node and script); `PERCH_CONFIG` stands in for a missing --config. */
@@ -28,6 +32,7 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv): C
         config: { type: 'string' },
         'check-config': { type: 'boolean' },
         'health-check': { type: 'boolean' },
+        workers: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
         version: { type: 'boolean', short: 'v' },
       },
@@ -46,6 +51,23 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv): C
   if (configPath === undefined || configPath === '') {
     return { kind: 'usage_error', message: 'no configuration: pass --config FILE or set PERCH_CONFIG' };
   }
+  if (values.workers !== undefined && (values['check-config'] === true || values['health-check'] === true)) {
+    return { kind: 'usage_error', message: '--workers goes with serving, not with --check-config or --health-check' };
+  }
   if (values['health-check'] === true) return { kind: 'health_check', configPath };
-  return { kind: values['check-config'] === true ? 'check' : 'serve', configPath };
+  if (values['check-config'] === true) return { kind: 'check', configPath };
+  const workers = values.workers === undefined ? 1 : workerCount(values.workers);
+  if (workers === undefined) return { kind: 'usage_error', message: `--workers takes a whole number from 1 to ${MAX_WORKERS} or auto, not ${JSON.stringify(values.workers)}` };
+  return { kind: 'serve', configPath, workers };
+}
+
+/** More would be a typo: a host with more cores than this is not where one perch spreads. */
+const MAX_WORKERS = 1024;
+
+/** `--workers`: a count, or `auto` for every core this process may use. */
+function workerCount(text: string): number | undefined {
+  if (text === 'auto') return availableParallelism();
+  if (!/^[0-9]{1,4}$/.test(text)) return undefined;
+  const count = Number(text);
+  return count >= 1 && count <= MAX_WORKERS ? count : undefined;
 }

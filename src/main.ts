@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import cluster from 'node:cluster';
 import { parseCommand, USAGE } from './cli.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
 import { checkStartupFiles } from './app/preflight.js';
@@ -7,6 +8,7 @@ import { healthCheck } from './health-check.js';
 import { heapPlan } from './app/heap-size.js';
 import { relaunch } from './app/relaunch.js';
 import { PERCH_VERSION } from './version.js';
+import { supervise, WORKER_ENV, workersProblem } from './workers.js';
 
 /** Exit status for an unusable configuration or command line, as `--check-config` documents. */
 const EXIT_CONFIG = 2;
@@ -18,7 +20,8 @@ async function main(): Promise<void> {
     return;
   }
   if (command.kind === 'version') {
-    process.stdout.write(`${PERCH_VERSION}\n`);
+    // The runtime too, as the first log line and perch_build_info have it: a report names both.
+    process.stdout.write(`${PERCH_VERSION} (node ${process.version})\n`);
     return;
   }
   if (command.kind === 'usage_error') {
@@ -50,14 +53,23 @@ async function main(): Promise<void> {
     process.exitCode = ok ? 0 : 1;
     return;
   }
-  const heap = heapPlan(config, process.execArgv, process.env);
-  if (heap.kind === 'relaunch') {
-    relaunch(heap.flags, heap.env);
+  const problem = workersProblem(config, command.workers);
+  if (problem !== undefined) {
+    process.stderr.write(`perch: ${problem}\n`);
+    process.exitCode = EXIT_CONFIG;
     return;
   }
-  // Loaded only here: a Node 20 launcher (relaunch.ts) stays resident, and need not hold perch.
+  // Sized before the workers start: they inherit the flags and the environment.
+  const heap = heapPlan(config, process.execArgv, process.env);
+  if (heap.kind === 'relaunch') relaunch(heap.flags, heap.env);
+  if (cluster.isPrimary && command.workers > 1) {
+    supervise(config, command.workers);
+    return;
+  }
+  const worker = cluster.isWorker ? Number(process.env[WORKER_ENV]) : undefined;
+  // Loaded only here: the process that relaunches never loads the server.
   const { serve } = await import('./app/serve.js');
-  await serve(config, command.configPath, heap.settings);
+  await serve(config, command.configPath, heap.settings, worker);
 }
 
 main().catch((error: unknown) => {

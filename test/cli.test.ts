@@ -141,11 +141,11 @@ test('a heap limit too small for a full memory cache is a start-up warning with 
   assert.deepEqual([warning.level, warning.old_space_limit_mib, warning.needed_mib], [40, 64, 119]);
 });
 
-test('--version prints the package version', T, async (t) => {
+test('--version prints the package version and the node it runs on', T, async (t) => {
   const result = await run(t, ['--version']);
   assert.equal(result.code, 0);
   const pkg = JSON.parse(readFileSync(fileURLToPath(new URL('../../package.json', import.meta.url)), 'utf8')) as { version: string };
-  assert.equal(result.stdout, `${pkg.version}\n`);
+  assert.equal(result.stdout, `${pkg.version} (node ${process.version})\n`);
   assert.equal(PERCH_VERSION, pkg.version);
 });
 

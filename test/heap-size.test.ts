@@ -6,20 +6,17 @@ import { test, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { getHeapStatistics } from 'node:v8';
 import { heapFlags, heapPlan, HEAP_SIZED_ENV, initialOldSpaceMib, oldSpaceMib, relaunchEnv, WASM_BASELINE_FLAG } from '../src/app/heap-size.js';
-import { execWords } from '../src/app/relaunch.js';
 import { parseConfig } from '../src/config/load.js';
-import { KEY, pollFor, testConfig, v1, waitFor } from './helpers/perch.js';
+import { KEY, testConfig, v1, waitFor } from './helpers/perch.js';
 import { tempDir } from './helpers/temp-dir.js';
 import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
 import { onCleanup } from './helpers/cleanup.js';
 
 const MAIN = fileURLToPath(new URL('../src/main.js', import.meta.url));
-/** perch's command (package.json's bin), which sizes the heap before node starts. */
+/** perch's command (package.json's bin). */
 const BIN = fileURLToPath(new URL('../../bin/perch', import.meta.url));
 const DEMO_CONFIG = fileURLToPath(new URL('../../config/perch.yaml', import.meta.url));
 const T = { timeout: 20_000 };
-/** Whether this node replaces the process on a relaunch (22.15+) rather than running a child. */
-const EXECVE = typeof (process as unknown as { execve?: unknown }).execve === 'function';
 
 interface Started {
   readonly child: ChildProcess;
@@ -154,29 +151,19 @@ test('with nothing passed, perch runs with a heap sized from cache.memory.max_by
   await listening(perch);
   const first = perch.lines()[0]!;
   assert.match(String(first.msg), /^perch .* starting$/);
+  assert.equal(first.node, process.version);
   // The demo's max_bytes is 64 MiB: 0.85 x 64 + 64 = 118.4, rounded up, and 3/8 x 64 = 24; V8's
   // limit adds three semi-spaces.
   assert.deepEqual(first.heap, { set_by: 'perch', old_space_mib: 119, semi_space_mib: 4, initial_old_space_mib: 24, malloc_arena_max: '1', wasm_liftoff_only: true, heap_limit_mib: 119 + 3 * 4 });
-  const server = EXECVE ? perch.child.pid! : await pollFor(() => childrenOf(perch.child.pid!)[0]);
+  const server = perch.child.pid!;
   assert.deepEqual(flagsOf(server), ['--max-old-space-size=119', '--max-semi-space-size=4', '--initial-old-space-size=24', '--liftoff-only']);
   assert.equal(envOf(server, 'MALLOC_ARENA_MAX'), '1');
-  // One process where node can replace itself; else a launcher and perch below it.
-  assert.equal(childrenOf(perch.child.pid!).length, EXECVE ? 0 : 1);
+  // One process: node replaced itself, no launcher stays.
+  assert.equal(childrenOf(perch.child.pid!).length, 0);
   assert.equal(perch.lines().filter((l) => String(l.msg).endsWith(' starting')).length, 1);
   perch.child.kill('SIGTERM');
   assert.equal(await perch.exited, 0);
   assert.equal(alive(server), false);
-});
-
-test('bin/perch execs the words exec-words prints: the variables for env, then node and its flags', T, () => {
-  assert.deepEqual(execWords(['--max-old-space-size=173', '--max-semi-space-size=4'], { MALLOC_ARENA_MAX: '1' }), [
-    'MALLOC_ARENA_MAX=1',
-    `${HEAP_SIZED_ENV}=1`,
-    'node',
-    '--max-old-space-size=173',
-    '--max-semi-space-size=4',
-  ]);
-  assert.deepEqual(execWords([], {}), [`${HEAP_SIZED_ENV}=1`, 'node']);
 });
 
 test('through bin/perch, perch is the one process on every node: sized heap, one arena, its own PID, signals and exit status', T, async (t) => {
@@ -185,7 +172,7 @@ test('through bin/perch, perch is the one process on every node: sized heap, one
   assert.deepEqual(perch.lines()[0]!.heap, { set_by: 'perch', old_space_mib: 119, semi_space_mib: 4, initial_old_space_mib: 24, malloc_arena_max: '1', wasm_liftoff_only: true, heap_limit_mib: 119 + 3 * 4 });
   const pid = perch.child.pid!;
   assert.deepEqual(flagsOf(pid), ['--max-old-space-size=119', '--max-semi-space-size=4', '--initial-old-space-size=24', '--liftoff-only']);
-  assert.equal(readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0], 'node');
+  assert.equal(readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0], process.execPath);
   assert.equal(envOf(pid, 'MALLOC_ARENA_MAX'), '1');
   assert.equal(childrenOf(pid).length, 0);
   perch.child.kill('SIGTERM');
@@ -233,7 +220,7 @@ test("a user's own --max-semi-space-size in NODE_OPTIONS and MALLOC_ARENA_MAX wi
   const perch = startDemo(t, [], { NODE_OPTIONS: '--max-semi-space-size=16', MALLOC_ARENA_MAX: '4' });
   await listening(perch);
   assert.deepEqual(perch.lines()[0]!.heap, { set_by: 'perch', old_space_mib: 119, semi_space_mib: 16, initial_old_space_mib: 24, malloc_arena_max: '4', wasm_liftoff_only: true, heap_limit_mib: 119 + 3 * 16 });
-  const server = EXECVE ? perch.child.pid! : await pollFor(() => childrenOf(perch.child.pid!)[0]);
+  const server = perch.child.pid!;
   assert.deepEqual(flagsOf(server), ['--max-old-space-size=119', '--initial-old-space-size=24', '--liftoff-only']);
   assert.equal(envOf(server, 'MALLOC_ARENA_MAX'), '4');
   perch.child.kill('SIGTERM');
@@ -263,7 +250,7 @@ test("a terminal's Ctrl-C (SIGINT to the process group) stops perch once: the re
   await waitFor(() => upstream.requests.length === 1);
   process.kill(-perch.child.pid!, 'SIGINT');
   await waitFor(() => perch.lines().some((l) => l.msg === 'perch stopping: draining in-flight requests'));
-  // A second SIGINT (the group's and the launcher's) would exit at once, without this answer.
+  // A second SIGINT would exit at once, without this answer.
   release();
   assert.equal((await answer).status, 200);
   assert.equal(await perch.exited, 0);
@@ -272,14 +259,3 @@ test("a terminal's Ctrl-C (SIGINT to the process group) stops perch once: the re
   assert.equal(messages.includes('second stop signal: exiting without waiting for requests'), false);
 });
 
-test('a launcher killed outright takes perch with it (Node without execve); with execve perch is the process itself', T, async (t) => {
-  const perch = startDemo(t);
-  await listening(perch);
-  if (EXECVE) {
-    assert.equal(childrenOf(perch.child.pid!).length, 0);
-    return;
-  }
-  const server = await pollFor(() => childrenOf(perch.child.pid!)[0]);
-  perch.child.kill('SIGKILL');
-  await waitFor(() => !alive(server), 10_000);
-});

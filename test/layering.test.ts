@@ -26,7 +26,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ['server'],
   ['admin'],
   ['app'],
-  ['main', 'cli', 'health-check', 'exec-words'],
+  ['main', 'cli', 'health-check', 'workers'],
 ];
 
 /** A source file's unit: its top folder under src/, or its own name for a file at the top. */

@@ -5,7 +5,7 @@ import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { ExportResultCode, type ExportResult } from '@opentelemetry/core';
-import type { ReadableSpan, SpanExporter } from '@opentelemetry/sdk-trace-base';
+import type { ReadableSpan, SpanExporter } from '@opentelemetry/sdk-trace';
 import { ConfigError, parseConfig } from '../src/config/load.js';
 import { EXPORT_SUMMARY_INTERVAL_MS, SummarizedExporter } from '../src/tracing/export-failures.js';
 import { tracingSettings } from '../src/tracing/settings.js';

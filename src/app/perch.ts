@@ -43,6 +43,11 @@ export interface PerchOptions {
   readonly traceExportDelayMs?: number;
   /** Most spans in one export; default the SDK's 512. Tests set 1 to export span by span. */
   readonly traceExportBatchSize?: number;
+  /**
+   * Which worker of `perch --workers` this is, from 1: it shares the API port with the others
+   * (SO_REUSEPORT), and serves `metrics.port` plus its number less one, so each can be scraped.
+   */
+  readonly worker?: number;
 }
 
 export interface Perch {
@@ -155,8 +160,10 @@ export function createPerch(options: PerchOptions): Perch {
     cache: tiers.cache,
     metrics,
     listen: async () => {
-      if (metricsServer !== undefined) await bind(metricsServer, config.metrics.port ?? 0, config.server.host);
-      return bind(server, config.server.port, config.server.host);
+      const { worker } = options;
+      const metricsPort = config.metrics.port === undefined || config.metrics.port === 0 ? 0 : config.metrics.port + (worker ?? 1) - 1;
+      if (metricsServer !== undefined) await bind(metricsServer, metricsPort, config.server.host, false);
+      return bind(server, config.server.port, config.server.host, config.server.reuse_port || worker !== undefined);
     },
     metricsAddress: () => (metricsServer?.listening === true ? (metricsServer.address() as AddressInfo) : undefined),
     reload: (next) => runtime.replace(next),
@@ -179,10 +186,15 @@ export function createPerch(options: PerchOptions): Perch {
   };
 }
 
-function bind(server: Server, port: number, host: string): Promise<AddressInfo> {
+/**
+ * `reusePort`: SO_REUSEPORT, so that other processes may bind the same port and the kernel
+ * spreads connections over them. `exclusive`: in a worker of node:cluster the server binds the
+ * port itself rather than sharing the primary's socket, so no primary sits in the request path.
+ */
+function bind(server: Server, port: number, host: string, reusePort: boolean): Promise<AddressInfo> {
   return new Promise((resolve, reject) => {
     server.once('error', reject);
-    server.listen(port, host, () => {
+    server.listen({ port, host, reusePort, exclusive: true }, () => {
       server.off('error', reject);
       resolve(server.address() as AddressInfo);
     });

@@ -9,14 +9,18 @@ import type { HeapSettings } from './heap-size.js';
 import { createPerch } from './perch.js';
 import { exitOnCrash, handleSignals } from './signals.js';
 
-/** Starts perch on `config` as the command line's serve command: logs, listens, warns, handles signals. */
-export async function serve(config: Config, configPath: string, heap: HeapSettings): Promise<void> {
+/**
+ * Starts perch on `config` as the command line's serve command: logs, listens, warns, handles
+ * signals. `worker`: this is that worker of `perch --workers` (workers.ts), named in every line.
+ */
+export async function serve(config: Config, configPath: string, heap: HeapSettings, worker?: number): Promise<void> {
   const sink = new LineBatcher(1);
-  const logger = createLogger(config.log, sink);
+  const root = createLogger(config.log, sink);
+  const logger = worker === undefined ? root : root.child({ worker });
   exitOnCrash(logger, sink);
   const heapLimitMib = Math.floor(getHeapStatistics().heap_size_limit / 2 ** 20);
   logger.info({ version: PERCH_VERSION, node: process.version, config: configPath, heap: { ...heap, heap_limit_mib: heapLimitMib } }, `perch ${PERCH_VERSION} starting`);
-  const perch = createPerch({ config, logger, env: process.env });
+  const perch = createPerch({ config, logger, env: process.env, ...(worker === undefined ? {} : { worker }) });
   const address = await perch.listen();
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const base = `${config.server.tls === undefined ? 'http' : 'https'}://${host}:${address.port}`;
@@ -24,11 +28,10 @@ export async function serve(config: Config, configPath: string, heap: HeapSettin
   logger.info({ address: base, ...(metricsPort === undefined ? {} : { metrics_port: metricsPort }) }, 'perch listening');
   // stdout carries JSON log lines only, so line-by-line log shippers never meet plain text;
   // the line for the person at the terminal goes to stderr.
-  if (hasDemoKey(config)) {
-    logger.warn('the public demo key is enabled: remove it from auth.keys before exposing perch');
-    process.stderr.write(`perch is up. Try: curl -H 'X-API-Key: ${DEMO_KEY}' ${base}/v1/users/by/username/perch_demo\n`);
-  } else {
-    process.stderr.write(`perch is up on ${base}\n`);
+  if (hasDemoKey(config)) logger.warn('the public demo key is enabled: remove it from auth.keys before exposing perch');
+  // With --workers, the person at the terminal hears it once, from the first worker.
+  if (worker === undefined || worker === 1) {
+    process.stderr.write(hasDemoKey(config) ? `perch is up. Try: curl -H 'X-API-Key: ${DEMO_KEY}' ${base}/v1/users/by/username/perch_demo\n` : `perch is up on ${base}\n`);
   }
 
   const unshared = unsharedCapUpstreams(config);
@@ -37,6 +40,6 @@ export async function serve(config: Config, configPath: string, heap: HeapSettin
   const needed = heapShortfall(config, oldSpaceLimit);
   if (needed !== undefined) logger.warn({ old_space_limit_mib: Math.floor(oldSpaceLimit / 2 ** 20), needed_mib: Math.ceil(needed / 2 ** 20) }, HEAP_LIMIT_WARNING);
 
-  handleSignals({ perch, logger, configPath, env: process.env });
+  handleSignals({ perch, logger, configPath, env: process.env, fromPrimary: worker !== undefined });
 }
 

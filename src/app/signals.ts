@@ -2,7 +2,6 @@ import { ConfigError, loadConfigFile } from '../config/load.js';
 import type { LineBatcher } from '../logging/line-batcher.js';
 import type { Logger } from '../logging/logger.js';
 import type { Perch } from './perch.js';
-import { followLauncher } from './relaunch.js';
 
 export interface SignalOptions {
   readonly perch: Perch;
@@ -10,7 +9,19 @@ export interface SignalOptions {
   /** Re-read on SIGHUP. */
   readonly configPath: string;
   readonly env: NodeJS.ProcessEnv;
+  /**
+   * A worker of `perch --workers`: stops and reloads come from the primary (workers.ts) as
+   * messages, and the signals themselves are ignored. A terminal's Ctrl-C reaches the whole
+   * process group, so a worker that heeded it and the primary's word would see a second stop.
+   * A primary gone (its channel closed) is a stop.
+   */
+  readonly fromPrimary?: boolean;
 }
+
+/** What the primary of `perch --workers` sends its workers, and a worker's word that it listens for them. */
+export const WORKER_STOP = 'perch:stop';
+export const WORKER_RELOAD = 'perch:reload';
+export const WORKER_READY = 'perch:ready';
 
 /**
  * How long a second stop signal waits for the log's last lines. A stdout nobody reads (a stalled
@@ -53,12 +64,24 @@ export function handleSignals(options: SignalOptions): void {
       },
     );
   };
+  const reloadUnlessStopping = () => {
+    if (!stopping) reload(options);
+  };
+  if (options.fromPrimary === true) {
+    for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => undefined);
+    process.on('message', (message: unknown) => {
+      if (message === WORKER_STOP) stop('SIGTERM');
+      else if (message === WORKER_RELOAD) reloadUnlessStopping();
+    });
+    process.on('disconnect', () => {
+      if (!stopping) stop('SIGTERM');
+    });
+    process.send!(WORKER_READY);
+    return;
+  }
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
-  followLauncher(() => stop('SIGTERM'));
-  process.on('SIGHUP', () => {
-    if (!stopping) reload(options);
-  });
+  process.on('SIGHUP', reloadUnlessStopping);
 }
 
 /**

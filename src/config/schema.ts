@@ -17,6 +17,10 @@ const server = obj(
   {
     host: str({ default: '127.0.0.1', doc: 'address to bind; exposing perch is a deliberate choice' }),
     port: int({ min: 0, max: 65535, default: 8080, doc: 'TCP port, 0-65535 (0 picks a free port)' }),
+    reuse_port: bool({
+      default: false,
+      doc: 'listen with SO_REUSEPORT, so that several perch processes on this host share the port and the kernel spreads connections over them (Linux); `perch --workers` sets it for its workers',
+    }),
     shutdown_grace_ms: ms(10_000, 'on SIGTERM/SIGINT, how long in-flight requests may run before their connections are closed (0-3600000)', 0),
     headers_timeout_ms: ms(
       10_000,

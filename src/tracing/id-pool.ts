@@ -1,5 +1,5 @@
 import { randomFillSync } from 'node:crypto';
-import type { IdGenerator } from '@opentelemetry/sdk-trace-base';
+import type { IdGenerator } from '@opentelemetry/sdk-trace';
 
 /** Random bytes drawn at once: 256 trace ids, or 512 span ids, per draw. */
 const POOL_BYTES = 4096;

@@ -1,10 +1,10 @@
 import type { IncomingMessage } from 'node:http';
 import { ROOT_CONTEXT, SpanKind, TraceFlags, defaultTextMapGetter, trace, type Attributes, type Span } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { OTLPExporterBase, createOtlpNetworkExportDelegate, getSharedConfigurationDefaults } from '@opentelemetry/otlp-exporter-base';
-import { ProtobufTraceSerializer } from '@opentelemetry/otlp-transformer';
+import { ExporterMetrics, OTLPExporterBase, createOtlpNetworkExportDelegate, getSharedConfigurationDefaults } from '@opentelemetry/otlp-exporter-base';
+import { ProtobufTraceSerializer, TraceExporterMetricsHelper } from '@opentelemetry/otlp-transformer';
 import { resourceFromAttributes } from '@opentelemetry/resources';
-import { AlwaysOnSampler, BasicTracerProvider, BatchSpanProcessor, ParentBasedSampler } from '@opentelemetry/sdk-trace-base';
+import { AlwaysOnSampler, BatchSpanProcessor, ParentBasedSampler, TracerProvider } from '@opentelemetry/sdk-trace';
 import {
   ATTR_CLIENT_ADDRESS,
   ATTR_HTTP_REQUEST_METHOD,
@@ -84,15 +84,24 @@ export interface TracingOptions {
 export function createTracing(settings: TracingSettings, options: TracingOptions): Tracing {
   const ids = new IdPool();
   const random = options.random ?? Math.random;
-  const delegate = createOtlpNetworkExportDelegate(getSharedConfigurationDefaults(), ProtobufTraceSerializer, undiciTransport(settings.url, settings.headers));
+  // No meter provider: the SDK's own exporter metrics stay no-ops, as perch exports no OTel metrics.
+  const exportMetrics = new ExporterMetrics({
+    componentType: 'otlp_http_span_exporter',
+    metricsHelper: TraceExporterMetricsHelper,
+    url: settings.url,
+    meterProvider: undefined,
+    responseAttributesFromError: () => ({}),
+  });
+  const delegate = createOtlpNetworkExportDelegate(getSharedConfigurationDefaults(), ProtobufTraceSerializer, exportMetrics, undiciTransport(settings.url, settings.headers));
   const exporter = new SummarizedExporter(new OTLPExporterBase(delegate), options);
-  const provider = new BasicTracerProvider({
+  const provider = new TracerProvider({
     resource: resourceFromAttributes({ [ATTR_SERVICE_NAME]: settings.serviceName, 'service.version': PERCH_VERSION }),
     // Roots reach the SDK only once perch has decided to keep them (see above).
     sampler: new ParentBasedSampler({ root: new AlwaysOnSampler() }),
     idGenerator: ids,
     spanProcessors: [
-      new BatchSpanProcessor(exporter, {
+      new BatchSpanProcessor({
+        exporter,
         ...(options.exportDelayMs === undefined ? {} : { scheduledDelayMillis: options.exportDelayMs }),
         ...(options.exportBatchSize === undefined ? {} : { maxExportBatchSize: options.exportBatchSize }),
       }),

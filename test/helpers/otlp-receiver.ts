@@ -1,12 +1,39 @@
 import { createServer, type IncomingHttpHeaders } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { TestContext } from 'node:test';
-// The classes protobufjs generated from the official opentelemetry-proto files, as the
-// OpenTelemetry package ships them: the receiver decodes with them, never with perch's code.
-import generated from '@opentelemetry/otlp-transformer/build/src/generated/root.js';
+import protobuf from 'protobufjs';
 import { onCleanup } from './cleanup.js';
 
-/** The generated code's typings say only `Root`: the shape of the few messages read here. */
+/**
+ * The messages of the official opentelemetry-proto files that the receiver reads, with their
+ * field numbers (collector/trace/v1, trace/v1, common/v1, resource/v1). protobufjs decodes with
+ * them: the receiver never uses perch's code, nor the SDK's own encoder, to read what was sent.
+ */
+const OTLP_TRACE_PROTO = `
+syntax = "proto3";
+package otlp;
+message ExportTraceServiceRequest { repeated ResourceSpans resource_spans = 1; }
+message ExportTraceServiceResponse { ExportTracePartialSuccess partial_success = 1; }
+message ExportTracePartialSuccess { int64 rejected_spans = 1; string error_message = 2; }
+message ResourceSpans { Resource resource = 1; repeated ScopeSpans scope_spans = 2; string schema_url = 3; }
+message Resource { repeated KeyValue attributes = 1; uint32 dropped_attributes_count = 2; }
+message ScopeSpans { InstrumentationScope scope = 1; repeated Span spans = 2; string schema_url = 3; }
+message InstrumentationScope { string name = 1; string version = 2; repeated KeyValue attributes = 3; uint32 dropped_attributes_count = 4; }
+message Span {
+  bytes trace_id = 1; bytes span_id = 2; string trace_state = 3; bytes parent_span_id = 4; fixed32 flags = 16;
+  string name = 5; int32 kind = 6; fixed64 start_time_unix_nano = 7; fixed64 end_time_unix_nano = 8;
+  repeated KeyValue attributes = 9; uint32 dropped_attributes_count = 10; Status status = 15;
+}
+message Status { string message = 2; int32 code = 3; }
+message KeyValue { string key = 1; AnyValue value = 2; }
+message AnyValue {
+  oneof value { string string_value = 1; bool bool_value = 2; int64 int_value = 3; double double_value = 4; ArrayValue array_value = 5; KeyValueList kvlist_value = 6; bytes bytes_value = 7; }
+}
+message ArrayValue { repeated AnyValue values = 1; }
+message KeyValueList { repeated KeyValue values = 1; }
+`;
+
+/** The shape of the few messages read here, as protobufjs decodes them. */
 interface AnyValue {
   readonly stringValue?: string | null;
   readonly intValue?: number | { toNumber(): number } | null;
@@ -26,12 +53,9 @@ interface DecodedSpan {
 interface DecodedRequest {
   readonly resourceSpans?: readonly { readonly resource?: { readonly attributes?: KeyValues } | null; readonly scopeSpans?: readonly { readonly spans?: readonly DecodedSpan[] | null }[] | null }[] | null;
 }
-interface Codec<T> {
-  decode(bytes: Uint8Array): T;
-  encode(message: object): { finish(): Uint8Array };
-}
-const proto = (generated as unknown as { opentelemetry: { proto: { collector: { trace: { v1: { ExportTraceServiceRequest: Codec<DecodedRequest>; ExportTraceServiceResponse: Codec<object> } } } } } }).opentelemetry
-  .proto;
+const ROOT = protobuf.parse(OTLP_TRACE_PROTO).root;
+const REQUEST = ROOT.lookupType('otlp.ExportTraceServiceRequest');
+const RESPONSE = ROOT.lookupType('otlp.ExportTraceServiceResponse');
 
 /** Attribute values as decoded: strings, numbers, booleans. */
 export type AttributeMap = Record<string, string | number | boolean>;
@@ -80,7 +104,7 @@ export async function startOtlpReceiver(t: TestContext): Promise<OtlpReceiver> {
       }
       receiver.exports.push(req.headers);
       receiver.spans.push(...decode(Buffer.concat(chunks)));
-      const answer = proto.collector.trace.v1.ExportTraceServiceResponse.encode({}).finish();
+      const answer = RESPONSE.encode(RESPONSE.create({})).finish();
       res.writeHead(200, { 'content-type': 'application/x-protobuf' }).end(Buffer.from(answer));
     });
   });
@@ -94,7 +118,9 @@ export async function startOtlpReceiver(t: TestContext): Promise<OtlpReceiver> {
 }
 
 function decode(body: Buffer): ReceivedSpan[] {
-  const request = proto.collector.trace.v1.ExportTraceServiceRequest.decode(body);
+  // As plain objects with only the fields sent: a decoded message reads proto3 defaults ('', 0) for
+  // a oneof's unset members, which would hide which one the sender set.
+  const request = REQUEST.toObject(REQUEST.decode(body), { longs: Number, defaults: false }) as DecodedRequest;
   return (request.resourceSpans ?? []).flatMap((resourceSpans) => {
     const resource = attributes(resourceSpans.resource?.attributes);
     return (resourceSpans.scopeSpans ?? []).flatMap((scope) =>

@@ -24,11 +24,12 @@ export interface PerchProcess {
 }
 
 /**
- * Starts `node dist/src/main.js --config <path>` as a real child process, so signals are real
- * signals, and waits for `perch is up on <url>`. Killed (SIGKILL) and awaited when the test ends.
+ * Starts `node dist/src/main.js --config <path> [args]` as a real child process, so signals are
+ * real signals, and waits for `perch is up on <url>`. Killed (SIGKILL) and awaited when the test
+ * ends.
  */
-export async function spawnPerch(t: TestContext, configPath: string, env: NodeJS.ProcessEnv = {}): Promise<PerchProcess> {
-  const child = spawn(process.execPath, [MAIN, '--config', configPath], { env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+export async function spawnPerch(t: TestContext, configPath: string, env: NodeJS.ProcessEnv = {}, args: readonly string[] = []): Promise<PerchProcess> {
+  const child = spawn(process.execPath, [MAIN, '--config', configPath, ...args], { env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
     child.on('exit', (code, signal) => resolve({ code, signal })),
   );
