@@ -5,9 +5,9 @@ import { parseConfig } from '../src/config/load.js';
 import { budgetWindow } from '../src/upstream/budget-window.js';
 import { CLOCK_GRANULARITY_MS } from '../src/upstream/guard/provider-state.js';
 import { ManualClock } from './helpers/clock.js';
-import { KEY, metric, OTHER_KEY, startPerch, testConfig, v1 } from './helpers/perch.js';
+import { KEY, metric, OTHER_KEY, startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { startRedis } from './helpers/redis-server.js';
-import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
+import { json, sampleProvider, startUpstream } from './helpers/upstream-server.js';
 import { onCleanup } from './helpers/cleanup.js';
 
 // Provider-call budgets per key over UTC calendar windows (rate_limits.<plan>.provider_calls).
@@ -119,4 +119,41 @@ test('the budget is a second IETF policy, "provider", and a gauge; the status pa
       ['bravo', 1, 0, null],
     ],
   );
+});
+
+test('a leader\'s spent budget is not its followers\' answer: paid keys coalesced onto it get their own call, charged to them', { timeout: 20_000 }, async (t) => {
+  const clock = new ManualClock(Date.parse('2026-01-01T10:00:00Z'));
+  // alpha ("trial") may call once a day; bravo ("paid") has no budget. alpha's one call goes to
+  // `first`, held by the test, and fails; `second` is then refused for alpha's spent budget.
+  const held: (() => void)[] = [];
+  let holding = true;
+  const first = await startUpstream(t, (req, res) => (holding ? held.push(() => json(503, {})(req, res)) : sampleProvider(req, res)));
+  const second = await startUpstream(t, sampleProvider);
+  const upstreams = `${v1('first', first.url, 'retries: 0')}\n${v1('second', second.url, 'retries: 0')}`;
+  const perch = await startPerch(t, withBudget(upstreams, '{ limit: 1, window: day }', 'routes: { tweet: [first, second] }'), { clock });
+  const trial = perch.request('/v1/tweets/9200001');
+  await waitFor(() => held.length === 1);
+  const paid = Array.from({ length: 20 }, () => perch.request('/v1/tweets/9200001', { key: OTHER_KEY }));
+  await waitFor(() => perch.received() === 21);
+  holding = false;
+  held.shift()!();
+  const refused = await trial;
+  assert.deepEqual([refused.status, refused.headers.get('retry-after')], [429, String(14 * 3600)], 'alpha\'s own answer is its refusal');
+  const answers = await Promise.all(paid);
+  assert.deepEqual(
+    answers.map((a) => a.status),
+    Array.from({ length: 20 }, () => 200),
+  );
+  assert.ok(answers.every((a) => a.headers.get('retry-after') === null));
+  // One call for the twenty, made and paid for by bravo: alpha's failed one, then bravo's.
+  assert.deepEqual([first.requests.length, second.requests.length], [2, 0]);
+  const lines = perch.logs.lines().filter((l) => l.msg === 'request');
+  assert.deepEqual(
+    lines.filter((l) => l.upstream_call === true).map((l) => [l.key_id, l.status]),
+    [
+      ['alpha', 429],
+      ['bravo', 200],
+    ],
+  );
+  assert.equal(lines.filter((l) => l.key_id === 'bravo' && l.cache === 'coalesced').length, 19);
 });

@@ -8,7 +8,7 @@ import { buildUpstream, type BuiltUpstream, type UpstreamStatus } from './chain.
 import type { BudgetBook } from './budget-book.js';
 import type { UpstreamSetEvents } from './events.js';
 import type { ProviderState } from './guard/provider-state.js';
-import { isWaitRefusal, type Attempt, type UpstreamResult } from './upstream.js';
+import { isPayerRefusal, isWaitRefusal, type Attempt, type UpstreamResult } from './upstream.js';
 
 /** The answer that decided a request, with who gave it and how long the exchange took. */
 export interface RoutedResult {
@@ -17,6 +17,11 @@ export interface RoutedResult {
   readonly ms: number;
   /** Whether any upstream of the route was really called (not every attempt refused). */
   readonly called: boolean;
+  /**
+   * Whether an upstream of the route was skipped for a refusal of the payer's own (its budget
+   * spent): a call for another key might have gone further, so the result is only this payer's.
+   */
+  readonly payerRefused: boolean;
 }
 
 export interface UpstreamSetOptions {
@@ -75,6 +80,7 @@ export class UpstreamSet {
       const route = this.#routes[request.endpoint];
       let decided: RoutedResult | undefined;
       let called = false;
+      let payerRefused = false;
       for (const [i, name] of route.entries()) {
         const started = performance.now();
         const attempt: Attempt = {
@@ -87,7 +93,8 @@ export class UpstreamSet {
         const result = await this.#upstreams.get(name)!.call(attempt);
         // A refusal is the one result no call came before: every other kind is a provider's answer.
         called ||= result.kind !== 'refused';
-        const routed = { result, upstream: name, ms: performance.now() - started, called };
+        payerRefused ||= result.kind === 'refused' && isPayerRefusal(result.reason);
+        const routed = { result, upstream: name, ms: performance.now() - started, called, payerRefused };
         if (result.kind !== 'refused') this.#metrics?.upstream(name, request.endpoint, result, routed.ms / 1000);
         decided = better(decided, routed);
         // A client's key the provider rejected is the client's answer: the next upstream would not
@@ -96,7 +103,7 @@ export class UpstreamSet {
         if (i < route.length - 1) this.#failover(name, request.endpoint, result, route[i + 1]!);
       }
       // Validation guarantees every route names at least one upstream.
-      return { ...decided!, called };
+      return { ...decided!, called, payerRefused };
     } finally {
       if (--this.#inFlight === 0) this.#drained?.();
     }
