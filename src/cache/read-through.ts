@@ -208,7 +208,8 @@ export class ReadThrough {
    */
   async #fetchAndStore(request: EndpointRequest, client: PassThroughClient | undefined, payer: Payer, trace: TraceSpan | undefined): Promise<Fetched> {
     const { sharedFlights } = this.#deps;
-    const claim = sharedFlights === undefined ? undefined : await sharedFlights.claim(request.endpoint, request.path);
+    const deadlineMs = this.#deps.live.current.config.server.miss_deadline_ms;
+    const claim = sharedFlights === undefined ? undefined : await sharedFlights.claim(request.path, deadlineMs);
     if (claim?.kind === 'entry') return { status: claim.entry.status, body: claim.entry.body, entry: claim.entry, stored: false };
     let settled: Promise<void> | undefined;
     try {
