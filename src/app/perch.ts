@@ -153,7 +153,10 @@ export function createPerch(options: PerchOptions): Perch {
       return bind(server, config.server.port, config.server.host);
     },
     metricsAddress: () => (metricsServer?.listening === true ? (metricsServer.address() as AddressInfo) : undefined),
-    reload: (next) => runtime.replace(next),
+    reload: (next) => {
+      runtime.replace(next);
+      tiers.cache.staleMs = next.cache.stale_seconds * 1000;
+    },
     reloadFailed: () => runtime.rejected(),
     close: async () => {
       const grace = config.server.shutdown_grace_ms;
