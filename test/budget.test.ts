@@ -157,3 +157,26 @@ test('a leader\'s spent budget is not its followers\' answer: paid keys coalesce
   );
   assert.equal(lines.filter((l) => l.key_id === 'bravo' && l.cache === 'coalesced').length, 19);
 });
+
+test('the issue\'s scenario: a trial key with its budget spent misses a path while 100 paid requests ask it, with Redis: every paid request is 200', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const shared = `cache: { redis: { url: "${redis.url}" } }\nrate_limits_redis: { url: "${redis.url}", command_timeout_ms: 2000 }`;
+  const perch = await startPerch(t, withBudget(v1('main', upstream.url), '{ limit: 1, window: day }', shared));
+  assert.equal((await perch.request('/v1/tweets/1')).status, 200);
+  assert.equal((await perch.request('/v1/tweets/2')).status, 429, "alpha's budget is spent");
+  // Concurrent, so paid requests join alpha's flight while it runs (with the fix reverted, 204 of
+  // 500 such requests were 429 in one run).
+  for (let round = 0; round < 5; round++) {
+    const path = `/v1/tweets/${9200001 + round}`;
+    const trial = perch.request(path);
+    const paid = await Promise.all(Array.from({ length: 100 }, () => perch.request(path, { key: OTHER_KEY })));
+    assert.deepEqual(
+      paid.map((r) => r.status),
+      Array.from({ length: 100 }, () => 200),
+      path,
+    );
+    // alpha's own answer: its refusal when it led, the paid call's 200 when it followed one.
+    assert.ok([200, 429].includes((await trial).status));
+  }
+});
