@@ -80,9 +80,10 @@ export class Runtime {
   }
 
   /**
-   * Swaps in `config` (what applies and what waits for a restart: reload-scope.ts). Plans need nothing here: the rate limiter compiles a plan from the live
-   * config on first use. The old upstream pools close in the background once the fetches already
-   * using them finish, so a reload never cuts a request short.
+   * Swaps in `config` (what applies and what waits for a restart: reload-scope.ts). Plans need
+   * nothing here: the rate limiter compiles a plan from the live config on first use. The old
+   * upstream pools close in the background once the fetches already using them finish, so a
+   * reload never cuts a request short.
    */
   replace(config: Config): void {
     const previous = this.#current;
