@@ -15,7 +15,7 @@ import { ManualClock } from './helpers/clock.js';
 import { KEY, metric, OTHER_KEY, startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { spawnPerch } from './helpers/perch-process.js';
 import { startRedis } from './helpers/redis-server.js';
-import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
+import { json, sampleProvider, startUpstream } from './helpers/upstream-server.js';
 import { onCleanup } from './helpers/cleanup.js';
 import { tempDir } from './helpers/temp-dir.js';
 
@@ -199,4 +199,64 @@ test('the budget is a second IETF policy, "provider", and a gauge; the status pa
       ['bravo', 1, 0, null],
     ],
   );
+});
+
+test('a leader\'s spent budget is not its followers\' answer: paid keys coalesced onto it get their own call, charged to them', { timeout: 20_000 }, async (t) => {
+  const clock = new ManualClock(Date.parse('2026-01-01T10:00:00Z'));
+  // alpha ("trial") may call once a day; bravo ("paid") has no budget. alpha's one call goes to
+  // `first`, held by the test, and fails; `second` is then refused for alpha's spent budget.
+  const held: (() => void)[] = [];
+  let holding = true;
+  const first = await startUpstream(t, (req, res) => (holding ? held.push(() => json(503, {})(req, res)) : sampleProvider(req, res)));
+  const second = await startUpstream(t, sampleProvider);
+  const upstreams = `${v1('first', first.url, 'retries: 0')}\n${v1('second', second.url, 'retries: 0')}`;
+  const perch = await startPerch(t, withBudget(upstreams, '{ limit: 1, window: day }', 'routes: { tweet: [first, second] }'), { clock });
+  const trial = perch.request('/v1/tweets/9200001');
+  await waitFor(() => held.length === 1);
+  const paid = Array.from({ length: 20 }, () => perch.request('/v1/tweets/9200001', { key: OTHER_KEY }));
+  await waitFor(() => perch.received() === 21);
+  holding = false;
+  held.shift()!();
+  const refused = await trial;
+  assert.deepEqual([refused.status, refused.headers.get('retry-after')], [429, String(14 * 3600)], 'alpha\'s own answer is its refusal');
+  const answers = await Promise.all(paid);
+  assert.deepEqual(
+    answers.map((a) => a.status),
+    Array.from({ length: 20 }, () => 200),
+  );
+  assert.ok(answers.every((a) => a.headers.get('retry-after') === null));
+  // One call for the twenty, made and paid for by bravo: alpha's failed one, then bravo's.
+  assert.deepEqual([first.requests.length, second.requests.length], [2, 0]);
+  const lines = perch.logs.lines().filter((l) => l.msg === 'request');
+  assert.deepEqual(
+    lines.filter((l) => l.upstream_call === true).map((l) => [l.key_id, l.status]),
+    [
+      ['alpha', 429],
+      ['bravo', 200],
+    ],
+  );
+  assert.equal(lines.filter((l) => l.key_id === 'bravo' && l.cache === 'coalesced').length, 19);
+});
+
+test('the issue\'s scenario: a trial key with its budget spent misses a path while 100 paid requests ask it, with Redis: every paid request is 200', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const shared = `cache: { redis: { url: "${redis.url}" } }\nrate_limits_redis: { url: "${redis.url}", command_timeout_ms: 2000 }`;
+  const perch = await startPerch(t, withBudget(v1('main', upstream.url), '{ limit: 1, window: day }', shared));
+  assert.equal((await perch.request('/v1/tweets/1')).status, 200);
+  assert.equal((await perch.request('/v1/tweets/2')).status, 429, "alpha's budget is spent");
+  // Concurrent, so paid requests join alpha's flight while it runs (with the fix reverted, 204 of
+  // 500 such requests were 429 in one run).
+  for (let round = 0; round < 5; round++) {
+    const path = `/v1/tweets/${9200001 + round}`;
+    const trial = perch.request(path);
+    const paid = await Promise.all(Array.from({ length: 100 }, () => perch.request(path, { key: OTHER_KEY })));
+    assert.deepEqual(
+      paid.map((r) => r.status),
+      Array.from({ length: 100 }, () => 200),
+      path,
+    );
+    // alpha's own answer: its refusal when it led, the paid call's 200 when it followed one.
+    assert.ok([200, 429].includes((await trial).status));
+  }
 });

@@ -4,7 +4,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { fileURLToPath } from 'node:url';
-import { KEY, OTHER_KEY, testConfig, v1, waitFor } from './helpers/perch.js';
+import { KEY, OTHER_KEY, pollFor, testConfig, v1, waitFor } from './helpers/perch.js';
 import { tempDir } from './helpers/temp-dir.js';
 import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
 import { onCleanup } from './helpers/cleanup.js';
@@ -99,6 +99,29 @@ test('SIGHUP applies added and removed keys without a restart; a broken file kee
   assert.equal((await get(user, THIRD_KEY)).status, 200);
   assert.equal((await get(user, OTHER_KEY)).status, 401);
 
+  perch.process.kill('SIGTERM');
+  assert.equal(await perch.exited, 0);
+});
+
+test('cache.stale_seconds: 0 by SIGHUP stops stale serving: past its TTL the entry is a miss, not stale', { timeout: 30_000 }, async (t) => {
+  const dir = tempDir(t, 'perch-life-');
+  const path = join(dir, 'perch.yaml');
+  const yaml = (stale: number) => testConfig('demo: { kind: fixture }', `cache: { stale_seconds: ${stale}, ttl_seconds: { tweet: 1 } }`);
+  const perch = await spawnPerch(t, writeConfig(path, yaml(600)));
+  const tweet = `${perch.url}/v1/tweets/1`;
+  const past = () =>
+    pollFor(async () => {
+      const status = (await get(tweet, KEY)).headers.get('cache-status') ?? '';
+      return status.startsWith('perch; hit') ? undefined : status;
+    });
+  assert.equal((await get(tweet, KEY)).headers.get('cache-status'), 'perch; fwd=miss; stored');
+  // The first answer past the 1 s TTL: stale, while a refresh stores the entry again.
+  assert.match(await past(), /^perch; fwd=stale; ttl=-\d+$/);
+  writeConfig(path, yaml(0));
+  perch.process.kill('SIGHUP');
+  await waitFor(() => perch.output().includes('configuration reloaded'));
+  assert.equal(await past(), 'perch; fwd=miss; stored');
+  assert.doesNotMatch(perch.output(), /take effect only after a restart/);
   perch.process.kill('SIGTERM');
   assert.equal(await perch.exited, 0);
 });

@@ -6,7 +6,7 @@ import { ManualClock } from './helpers/clock.js';
 import { startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
 import { startTcpProxy } from './helpers/tcp-proxy.js';
-import { sampleProvider, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
+import { json, sampleProvider, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
 import { onCleanup } from './helpers/cleanup.js';
 
 /** Two entries of the scope `tweets:1` (two cursors), then entries of neighbouring scopes. */
@@ -168,4 +168,109 @@ test('with Redis down, a purge is 503 E503: this instance drops its own copies, 
   await assertKept([a]);
   assert.equal(upstream.requests.length, PURGED.length + KEPT.length + 1);
   assert.ok(!/perch_purges_total\{/.test(await (await fetch(`${a.url}/metrics`)).text()));
+});
+
+/** Each instance's start-up resync done, so none of them writes the hash after a test deletes it. */
+async function synced(perches: RunningPerch[]): Promise<void> {
+  for (const perch of perches) await waitFor(() => perch.logs.lines().some((l) => l.msg === 'cache purge counters synced'));
+}
+
+/** `/v1/tweets/9200001` in both instances' memory, each copy a memory hit. */
+async function tweetInBoth(a: RunningPerch, b: RunningPerch): Promise<void> {
+  assert.equal(await outcome(a, TWEET), 'miss');
+  await outcome(b, TWEET);
+  for (const perch of [a, b]) assert.equal(await outcome(perch, TWEET), 'memory');
+}
+
+/**
+ * Whether the next GET of the tweet is a miss on every instance. The upstream then fails, so no
+ * instance's refetch refills Redis for the next one: each answer shows what that instance held.
+ */
+async function missEverywhere(upstream: TestUpstream, perches: RunningPerch[]): Promise<void> {
+  upstream.behaviour = json(503, {});
+  for (const perch of perches) {
+    const res = await perch.request(TWEET);
+    assert.deepEqual([res.status, res.headers.get('cache-status')], [502, 'perch; fwd=miss']);
+  }
+}
+const TWEET = '/v1/tweets/9200001';
+const TWEET_SCOPE = { endpoint: 'tweet', tweet_id: '9200001' };
+
+test('after the counters hash is deleted, a purge answered 200 is a miss on the next GET on every instance', async (t) => {
+  const { upstream, client, start } = await setup(t);
+  const [a, b] = [await start(), await start()];
+  await subscribers(client, 2);
+  await synced([a, b]);
+  assert.equal((await purge(a, { all: true })).status, 200);
+  await waitFor(applied(b, 'message'));
+  await tweetInBoth(a, b);
+  await client.del('t:gen');
+  const res = await purge(a, TWEET_SCOPE);
+  assert.deepEqual([res.status, res.json()], [200, { purged: TWEET_SCOPE }]);
+  await waitFor(() => b.logs.lines().some((l) => l.msg === 'cache purge applied' && (l.purged as string[])[0] === 'tweet:9200001'));
+  await missEverywhere(upstream, [a, b]);
+  // Restored from the view before counting: the `all` purge still holds, and the scope counts on.
+  assert.deepEqual(await client.hgetall('t:gen'), { all: '1', 'tweet:9200001': '1' });
+});
+
+test('scope counters lost with the hash are restored before the next purge counts, so it is not a count the instances already hold', async (t) => {
+  const { upstream, client, start } = await setup(t);
+  const [a, b] = [await start(), await start()];
+  await subscribers(client, 2);
+  await synced([a, b]);
+  for (let i = 0; i < 2; i++) assert.equal((await purge(a, TWEET_SCOPE)).status, 200);
+  await waitFor(() => b.logs.lines().filter((l) => l.msg === 'cache purge applied' && l.via === 'message').length === 2);
+  await tweetInBoth(a, b);
+  await client.del('t:gen');
+  assert.equal((await purge(b, TWEET_SCOPE)).status, 200);
+  await waitFor(applied(a, 'message'));
+  await missEverywhere(upstream, [a, b]);
+  assert.equal(await client.hget('t:gen', 'tweet:9200001'), '3');
+});
+
+test('a purge counted in a hash re-created below the instances\' counters is honoured by every instance, which write theirs back', async (t) => {
+  const { upstream, client, start } = await setup(t);
+  const [a, b] = [await start(), await start()];
+  await subscribers(client, 2);
+  await synced([a, b]);
+  assert.equal((await purge(a, { all: true })).status, 200);
+  await waitFor(applied(b, 'message'));
+  await tweetInBoth(a, b);
+  // As an instance that started on an empty Redis writes it: `all` back at 0.
+  await client.del('t:gen');
+  await client.hset('t:gen', 'all', '0');
+  assert.equal((await purge(a, TWEET_SCOPE)).status, 200);
+  await waitFor(() => b.logs.lines().some((l) => String(l.msg).startsWith('cache purge counted below')));
+  await missEverywhere(upstream, [a, b]);
+  await waitFor(async () => (await client.hget('t:gen', 'all')) === '1');
+});
+
+test('a reset message makes every instance write its counters back at once, without a reconnection', async (t) => {
+  const { client, start } = await setup(t);
+  const [a, b] = [await start(), await start()];
+  await subscribers(client, 2);
+  await synced([a, b]);
+  assert.equal((await purge(a, TWEET_SCOPE)).status, 200);
+  await waitFor(applied(b, 'message'));
+  await client.del('t:gen');
+  await client.publish('t:purge', 'reset');
+  await waitFor(async () => (await client.hget('t:gen', 'tweet:9200001')) === '1');
+  assert.deepEqual(await client.hgetall('t:gen'), { all: '0', 'tweet:9200001': '1' });
+});
+
+test('an instance started on a Redis that lost the counters learns the purges from the others at once, and serves none of the purged entries Redis holds', async (t) => {
+  const { upstream, client, start } = await setup(t);
+  const [a, b] = [await start(), await start()];
+  await subscribers(client, 2);
+  await synced([a, b]);
+  // In Redis before the purge, so of an older generation than the purge's.
+  assert.equal(await outcome(a, TWEET), 'miss');
+  assert.equal((await purge(a, TWEET_SCOPE)).status, 200);
+  await waitFor(applied(b, 'message'));
+  await client.del('t:gen');
+  const c = await start();
+  // c finds no counters, asks for them (`reset`), and a and b announce what they write back.
+  await waitFor(applied(c, 'sync'));
+  await missEverywhere(upstream, [c]);
+  assert.deepEqual(await client.hgetall('t:gen'), { all: '0', 'tweet:9200001': '1' });
 });

@@ -160,7 +160,30 @@ test('2 instances x 50 concurrent identical misses make exactly 1 upstream reque
   assert.equal(statuses.filter((s) => s === 'perch; fwd=miss; collapsed; detail=redis').length, 50);
   // Cached either way: B's requests, answered with A's entry from Redis, may be reused as long.
   assert.deepEqual(new Set(results.map((r) => r.headers.get('cache-control'))), new Set(['private, max-age=60']));
-  assert.deepEqual(results.slice(50).map((r) => r.headers.get('age')), Array(50).fill('0'));
+  // Whichever instance took the lease, the other's answers came from Redis, with their Age.
+  const fromRedis = results.filter((r) => r.headers.get('cache-status') === 'perch; fwd=miss; collapsed; detail=redis');
+  assert.deepEqual(fromRedis.map((r) => r.headers.get('age')), Array(50).fill('0'));
+});
+
+test('2 instances, a leader retrying for 5 s: the lease covers its miss_deadline_ms, as a reload set it, so the other makes no call', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedis(t);
+  // After one call per instance, two calls get no answer (each times out after 2.5 s).
+  const upstream = await startUpstream(t, (req, res) => ([3, 4].includes(upstream.requests.length) ? undefined : sampleProvider(req, res)));
+  const main = v1('main', upstream.url, 'timeout_ms: 2500, retries: 2, retry_budget_min_per_second: 10000');
+  const yaml = (deadlineMs: number) => testConfig(main, redisYaml(redis)).replace('port: 0 }', `port: 0, miss_deadline_ms: ${deadlineMs} }`);
+  const a = await startPerch(t, yaml(3000));
+  const b = await startPerch(t, yaml(3000));
+  await waitFor(() => a.cache.redisConnected === true && b.cache.redisConnected === true);
+  // Started with a deadline too short for the retries, under which each takes a lease; the
+  // reload gives the leader 8 s.
+  assert.deepEqual([(await a.request('/v1/users/1')).status, (await b.request('/v1/users/2')).status], [200, 200]);
+  for (const perch of [a, b]) perch.reload(yaml(8000));
+  const leader = a.request('/v1/users/3');
+  await waitFor(() => upstream.requests.length === 3);
+  const follower = await b.request('/v1/users/3');
+  assert.deepEqual([(await leader).status, (await leader).headers.get('cache-status')], [200, 'perch; fwd=miss; stored']);
+  assert.deepEqual([follower.status, follower.headers.get('cache-status')], [200, 'perch; fwd=miss; collapsed; detail=redis']);
+  assert.equal(upstream.requests.length, 5, "the leader's three attempts, and none from the other instance");
 });
 
 test('a lease left by a crashed holder delays a miss only until it expires', async (t) => {

@@ -3,7 +3,10 @@ import { test } from 'node:test';
 import { parseConfig } from '../src/config/load.js';
 import { createPerch } from '../src/app/perch.js';
 import { captureLogs } from './helpers/log-capture.js';
-import { KEY, OTHER_KEY, testConfig, v1 } from './helpers/perch.js';
+import { APPLIED_ON_RELOAD, NEEDS_RESTART } from '../src/app/reload-scope.js';
+import type { AnyNode } from '../src/config/dsl.js';
+import { CONFIG } from '../src/config/schema.js';
+import { KEY, OTHER_KEY, startPerch, testConfig, v1 } from './helpers/perch.js';
 import { sampleUser } from './helpers/sample-bodies.js';
 import { json, startUpstream } from './helpers/upstream-server.js';
 import { onCleanup } from './helpers/cleanup.js';
@@ -67,4 +70,55 @@ test('a reload restores a credential the provider revoked at once, without waiti
   perch.reload(parseConfig(yaml, {}));
   assert.equal((await get('/v1/users/3')).status, 200);
   assert.equal(upstream.requests.length, 2);
+});
+
+/** Every key path of the definition, as the README's table names them (`auth.keys[].plan`, `upstreams.<name>.url`). */
+function keyPaths(node: AnyNode, path: string): string[] {
+  switch (node.type) {
+    case 'object':
+      return Object.entries(node.props).flatMap(([key, child]) => keyPaths(child, path === '' ? key : `${path}.${key}`));
+    case 'list':
+      return keyPaths(node.of, `${path}[]`);
+    case 'record':
+      return keyPaths(node.value, `${path}.${node.placeholder}`);
+    case 'kinds':
+      return [...new Set(Object.values(node.branches).flatMap((branch) => keyPaths(branch, path)))];
+    default:
+      return [path];
+  }
+}
+
+const covers = (entry: string, path: string) => path === entry || path.startsWith(`${entry}.`) || path.startsWith(`${entry}[]`);
+
+test('every key of the configuration either applies on reload or is named by the restart warning, never both', () => {
+  const paths = keyPaths(CONFIG, '');
+  assert.ok(paths.length > 100, `walked ${paths.length} keys`);
+  assert.ok(paths.includes('upstreams.<name>.credentials[].bearer_token') && paths.includes('cache.stale_seconds'));
+  const lists = [...APPLIED_ON_RELOAD, ...NEEDS_RESTART];
+  const unplaced = paths.filter((path) => lists.filter((entry) => covers(entry, path)).length !== 1);
+  assert.deepEqual(unplaced, [], 'each key under exactly one entry of the two lists');
+  assert.deepEqual(
+    lists.filter((entry) => !paths.some((path) => covers(entry, path))),
+    [],
+    'no entry that names no key',
+  );
+});
+
+test('a reload warns of exactly the changed settings that need a restart, and applies the others', async (t) => {
+  const upstream = await startUpstream(t, json(200, sampleUser('1', 'first')));
+  const before = testConfig(v1('main', upstream.url), 'log: { time: iso }\ncache: { stale_seconds: 600 }');
+  const perch = await startPerch(t, before);
+  const after = before
+    .replace('port: 0 }', 'port: 0, miss_deadline_ms: 4000, max_connections: 77, shutdown_grace_ms: 900 }')
+    .replace('log: { time: iso }', 'log: { time: epoch_ms, level: debug }')
+    .replace('stale_seconds: 600', 'stale_seconds: 0, ttl_seconds: { user: 5 }');
+  perch.reload(after);
+  const warnings = perch.logs.lines().filter((l) => l.msg === 'reload: these settings take effect only after a restart');
+  assert.deepEqual(
+    warnings.map((l) => l.settings),
+    [['server.shutdown_grace_ms', 'server.max_connections', 'log.time']],
+  );
+  perch.reload(after);
+  assert.equal(perch.logs.lines().filter((l) => l.msg === 'reload: these settings take effect only after a restart').length, 1, 'the same file again changes nothing');
+  assert.equal((await perch.request('/v1/users/1')).headers.get('cache-control'), 'private, max-age=5', 'a TTL applies to the next request');
 });

@@ -253,3 +253,25 @@ test('cache.stale_seconds: default 600, an integer from 0 to 86400', () => {
     );
   }
 });
+
+test('stale_seconds: 0 by reload stops stale serving at once, from memory and from Redis on two instances; back to 600 it resumes', async (t) => {
+  const clock = new ManualClock();
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const yaml = (stale: number) => testConfig(v1('main', upstream.url), `cache: { stale_seconds: ${stale}, ttl_seconds: { user: 300 }, redis: { url: "${redis.url}" } }`);
+  const a = await startPerch(t, yaml(600), { clock });
+  const b = await startPerch(t, yaml(600), { clock });
+  await waitFor(() => a.cache.redisConnected === true && b.cache.redisConnected === true);
+  await a.request('/v1/users/1');
+  await a.request('/v1/users/2');
+  clock.advance(305_000);
+  for (const perch of [a, b]) perch.reload(yaml(0));
+  // a has the entry in memory, b only in Redis: neither serves it past its TTL any more.
+  assert.equal((await a.request('/v1/users/1')).headers.get('cache-status'), 'perch; fwd=miss; stored');
+  assert.equal((await b.request('/v1/users/2')).headers.get('cache-status'), 'perch; fwd=miss; stored');
+  assert.equal(upstream.requests.length, 4);
+  for (const perch of [a, b]) perch.reload(yaml(600));
+  clock.advance(305_000);
+  assert.equal((await b.request('/v1/users/1')).headers.get('cache-status'), 'perch; fwd=stale; ttl=-5');
+  assert.equal(a.logs.lines().filter((l) => l.msg === 'reload: these settings take effect only after a restart').length, 0);
+});

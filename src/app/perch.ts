@@ -166,7 +166,10 @@ export function createPerch(options: PerchOptions): Perch {
       return bind(server, config.server.port, config.server.host, config.server.reuse_port || worker !== undefined);
     },
     metricsAddress: () => (metricsServer?.listening === true ? (metricsServer.address() as AddressInfo) : undefined),
-    reload: (next) => runtime.replace(next),
+    reload: (next) => {
+      runtime.replace(next);
+      tiers.cache.staleMs = next.cache.stale_seconds * 1000;
+    },
     reloadFailed: () => runtime.rejected(),
     close: async () => {
       const grace = config.server.shutdown_grace_ms;

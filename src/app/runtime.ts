@@ -9,6 +9,7 @@ import type { Timers } from '../timers.js';
 import type { BudgetBook } from '../upstream/budget-book.js';
 import type { ProviderState } from '../upstream/guard/provider-state.js';
 import { UpstreamSet } from '../upstream/upstream-set.js';
+import { restartNeeded } from './reload-scope.js';
 
 /** What a reload replaces: everything derived from keys, TTLs, routes and upstreams. */
 export interface RuntimeSnapshot {
@@ -48,22 +49,6 @@ export interface RuntimeOptions {
 }
 
 /**
- * Sections read once when listeners and stores are built; a reload that changes them is applied
- * for the rest and logged, since honouring them would mean dropping connections or the cache.
- */
-const RESTART_ONLY: readonly ((c: Config) => unknown)[] = [
-  (c) => c.server,
-  (c) => c.metrics,
-  (c) => c.cache.memory,
-  (c) => c.cache.redis,
-  (c) => c.rate_limits_redis,
-  (c) => c.log.time,
-  (c) => c.log.level_format,
-  (c) => c.tracing,
-];
-const RESTART_ONLY_NAMES = ['server', 'metrics', 'cache.memory', 'cache.redis', 'rate_limits_redis', 'log.time', 'log.level_format', 'tracing'];
-
-/**
  * The holder the request path reads its configuration-derived state from. A reload builds a
  * complete new snapshot first and then replaces the reference in one assignment, so a request
  * sees either the old state or the new one, never a mix; connections and the cache are untouched.
@@ -95,9 +80,10 @@ export class Runtime {
   }
 
   /**
-   * Swaps in `config`. Plans need nothing here: the rate limiter compiles a plan from the live
-   * config on first use. The old upstream pools close in the background once the fetches already
-   * using them finish, so a reload never cuts a request short.
+   * Swaps in `config` (what applies and what waits for a restart: reload-scope.ts). Plans need
+   * nothing here: the rate limiter compiles a plan from the live config on first use. The old
+   * upstream pools close in the background once the fetches already using them finish, so a
+   * reload never cuts a request short.
    */
   replace(config: Config): void {
     const previous = this.#current;
@@ -105,10 +91,8 @@ export class Runtime {
     this.#reload = { successful: true, lastSuccessMs: this.#options.clock.now() };
     const { logger } = this.#options;
     logger.level = config.log.level;
-    const ignored = RESTART_ONLY_NAMES.filter(
-      (_, i) => JSON.stringify(RESTART_ONLY[i]!(previous.config)) !== JSON.stringify(RESTART_ONLY[i]!(config)),
-    );
-    if (ignored.length > 0) logger.warn({ sections: ignored }, 'reload: these sections take effect only after a restart');
+    const ignored = restartNeeded(previous.config, config);
+    if (ignored.length > 0) logger.warn({ settings: ignored }, 'reload: these settings take effect only after a restart');
     previous.upstreams.close().catch((error: unknown) => logger.error({ err: error }, 'reload: error closing old upstreams'));
   }
 

@@ -40,5 +40,5 @@ export function createCache(
   });
   const store = new RedisStore(guard.client, settings.prefix);
   const cache = new TieredCache({ memory, redis: { guard, store, purges }, generations, clock, staleMs });
-  return { cache, sharedFlights: new SharedFlights(guard, cache, config, settings.prefix) };
+  return { cache, sharedFlights: new SharedFlights(guard, cache, settings.prefix) };
 }

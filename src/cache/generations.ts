@@ -49,6 +49,11 @@ export class Generations {
     this.#memory = memory;
   }
 
+  /** The counter of `all` purges this instance knows. */
+  get all(): number {
+    return this.#all;
+  }
+
   stamp(key: string): Stamp {
     return { all: this.#all, scope: this.#scopes.get(scopeOfKey(key)) ?? 0, seq: this.#seq };
   }

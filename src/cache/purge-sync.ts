@@ -11,9 +11,18 @@ import type { Generations, PurgeTarget } from './generations.js';
  * hash is one HGETALL where separate keys would need KEYS or SCAN; one key also needs no hash
  * tags in a cluster. An `all` purge resets the scope fields (entries of the old epoch are all
  * invalid anyway), which bounds the hash to the scopes purged since the last `all`.
- * KEYS[1] hash, ARGV[1] channel, ARGV[2] target. Returns { all, scope generation }.
+ * A missing hash (evicted, flushed, a Redis restarted without persistence) would restart the
+ * counts from 0, below what the instances hold, and they would ignore the purge: then nothing is
+ * counted, every instance is told to write back what it knows (`reset`), and the caller restores
+ * the hash from its own view before it counts again.
+ * KEYS[1] hash, ARGV[1] channel, ARGV[2] target. Returns { all, scope generation }, or { -1, 0 }
+ * when the hash was missing.
  */
 const PURGE_SCRIPT = `
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('PUBLISH', ARGV[1], 'reset')
+  return { -1, 0 }
+end
 if ARGV[2] == 'all' then
   local all = redis.call('HINCRBY', KEYS[1], 'all', 1)
   redis.call('DEL', KEYS[1])
@@ -26,29 +35,47 @@ local all = tonumber(redis.call('HGET', KEYS[1], 'all') or '0')
 redis.call('PUBLISH', ARGV[1], all .. ' ' .. generation .. ' ' .. ARGV[2])
 return { all, generation }`;
 
+/** The message that asks every instance to write its counters back into a hash Redis lost. */
+const RESET = 'reset';
+/** The prefix of a restored hash announced whole: `sync all <n> <scope> <generation> ...`. */
+const SYNC = 'sync ';
+
 /**
- * Resync after (re)connecting: raises the hash to this instance's view (field by field, the
- * higher wins) and returns the merged hash. Raising matters when Redis lost its data (a restart
- * without persistence): counters that went back to zero would make the next purge's count one
- * that instances already hold, and they would ignore it.
- * KEYS[1] hash, ARGV[1] this instance's `all`, then scope and generation pairs.
+ * Resync after (re)connecting, and restore after a reset: raises the hash to this instance's view
+ * (field by field, the higher wins) and returns the merged hash. Raising matters when Redis lost
+ * its data: counters that went back to zero would make the next purge's count one that instances
+ * already hold, and they would ignore it. The hash always gets its `all` field, so it exists
+ * after a merge even before any purge; a merge that finds it missing tells the other instances
+ * to write theirs back too (`reset`). A restore announces the merged hash (`sync ...`), so an
+ * instance that started on the empty hash learns what the others wrote back, without a
+ * reconnection of its own.
+ * KEYS[1] hash, ARGV[1] channel, ARGV[2] `announce` or `quiet`, ARGV[3] this instance's `all`,
+ * then scope and generation pairs.
  */
 const MERGE_SCRIPT = `
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('PUBLISH', ARGV[1], 'reset')
+end
 local all = tonumber(redis.call('HGET', KEYS[1], 'all') or '0')
-local mine = tonumber(ARGV[1])
+local mine = tonumber(ARGV[3])
 if mine > all then
   redis.call('DEL', KEYS[1])
-  redis.call('HSET', KEYS[1], 'all', ARGV[1])
+  redis.call('HSET', KEYS[1], 'all', ARGV[3])
   all = mine
 end
 if mine == all then
-  for i = 2, #ARGV, 2 do
+  for i = 4, #ARGV, 2 do
     if tonumber(ARGV[i + 1]) > tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0') then
       redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
     end
   end
 end
-return redis.call('HGETALL', KEYS[1])`;
+redis.call('HSETNX', KEYS[1], 'all', all)
+local merged = redis.call('HGETALL', KEYS[1])
+if ARGV[2] == 'announce' then
+  redis.call('PUBLISH', ARGV[1], 'sync ' .. table.concat(merged, ' '))
+end
+return merged`;
 
 const MAX_RESYNC_DELAY_MS = 1000;
 
@@ -96,13 +123,25 @@ export class PurgeSync {
     });
   }
 
-  /** Counts `target` in Redis and announces it; false when Redis could not take it. */
+  /**
+   * Counts `target` in Redis and announces it; false when Redis could not take it. A hash Redis
+   * lost is first restored from this instance's view (the others write theirs back on the
+   * `reset` message), so the count starts above what every instance holds.
+   */
   async purge(target: PurgeTarget): Promise<boolean> {
-    const reply = await this.#guard.run('purge', this.#key, (client) => client.eval(PURGE_SCRIPT, 1, this.#key, this.#channel, target));
-    if (!Array.isArray(reply)) return false;
-    const [all, generation] = reply.map(Number) as [number, number];
-    this.#apply(all, target === 'all' ? [] : [[target, generation]], 'request');
-    return true;
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const reply = await this.#guard.run('purge', this.#key, (client) => client.eval(PURGE_SCRIPT, 1, this.#key, this.#channel, target));
+      if (!Array.isArray(reply)) return false;
+      const [all, generation] = reply.map(Number) as [number, number];
+      if (all >= 0) {
+        this.#counted(all, target, generation, 'request');
+        return true;
+      }
+      this.#logger.warn({ key: this.#key }, 'cache purge counters missing in Redis: restoring them before counting');
+      if (!(await this.#restore())) return false;
+    }
+    // Lost again between the restore and the count: not counted, so not claimed.
+    return false;
   }
 
   close(): void {
@@ -111,10 +150,49 @@ export class PurgeSync {
   }
 
   #onMessage(message: string): void {
+    if (message === RESET) return void this.#restore();
+    if (message.startsWith(SYNC)) return this.#applyHash(message.slice(SYNC.length).split(' '), 'sync');
     const [all, generation, scope] = message.split(' ');
     const counts = [Number(all), Number(generation ?? 0)];
     if (!counts.every(Number.isSafeInteger)) return;
-    this.#apply(counts[0]!, scope === undefined ? [] : [[scope, counts[1]!]], 'message');
+    this.#counted(counts[0]!, (scope ?? 'all') as PurgeTarget, counts[1]!, 'message');
+  }
+
+  /**
+   * A purge Redis counted. Counted under an `all` below this instance's, it was counted in a hash
+   * Redis lost and another instance re-created from a shorter view: this instance honours it in
+   * its own view (the same scope, or every entry, goes) and writes its view back. The purging
+   * instance hears its own message too and bumps twice: the scope's entries stored in between
+   * cost one more miss, nothing else.
+   */
+  #counted(all: number, target: PurgeTarget, generation: number, via: 'request' | 'message'): void {
+    if (all >= this.#generations.all) return this.#apply(all, target === 'all' ? [] : [[target, generation]], via);
+    this.#generations.bump(target);
+    this.#logger.warn({ purged: [target], via, counted: all, known: this.#generations.all }, 'cache purge counted below this instance\'s counters: applied here, counters restored');
+    void this.#restore();
+  }
+
+  /**
+   * Writes this instance's view back into the hash and announces the result (a `reset`, a count
+   * below this view, a purge that found the hash missing); false when Redis did not take it, which
+   * the next resync makes up for.
+   */
+  async #restore(): Promise<boolean> {
+    const merged = await this.#guard.run('purge', this.#key, (client) => client.eval(MERGE_SCRIPT, 1, this.#key, this.#channel, 'announce', ...this.#generations.snapshot()));
+    if (!Array.isArray(merged)) return false;
+    this.#applyHash(merged as string[], 'resync');
+    return true;
+  }
+
+  #applyHash(reply: readonly string[], via: 'resync' | 'sync'): void {
+    const fields = new Map<string, number>();
+    for (let i = 0; i + 1 < reply.length; i += 2) {
+      const count = Number(reply[i + 1]);
+      if (Number.isSafeInteger(count)) fields.set(reply[i]!, count);
+    }
+    const all = fields.get('all') ?? 0;
+    fields.delete('all');
+    this.#apply(all, fields, via);
   }
 
   /**
@@ -126,12 +204,10 @@ export class PurgeSync {
     for (let delay = 100; !this.#closed && connection === this.#connection; delay = Math.min(delay * 2, MAX_RESYNC_DELAY_MS)) {
       try {
         await this.#subscriber.subscribe(this.#channel);
-        const reply = (await this.#guard.client.eval(MERGE_SCRIPT, 1, this.#key, ...this.#generations.snapshot())) as string[];
-        const fields = new Map<string, number>();
-        for (let i = 0; i + 1 < reply.length; i += 2) fields.set(reply[i]!, Number(reply[i + 1]));
-        const all = fields.get('all') ?? 0;
-        fields.delete('all');
-        this.#apply(all, fields, 'resync');
+        const reply = (await this.#guard.client.eval(MERGE_SCRIPT, 1, this.#key, this.#channel, 'quiet', ...this.#generations.snapshot())) as string[];
+        this.#applyHash(reply, 'resync');
+        // Once per connection: from here on, messages keep this instance's purges current.
+        this.#logger.info({ all: this.#generations.all }, 'cache purge counters synced');
         return;
       } catch {
         await sleep(delay, undefined, { ref: false });
@@ -139,7 +215,7 @@ export class PurgeSync {
     }
   }
 
-  #apply(all: number, scopes: Iterable<readonly [string, number]>, via: 'request' | 'message' | 'resync'): void {
+  #apply(all: number, scopes: Iterable<readonly [string, number]>, via: 'request' | 'message' | 'resync' | 'sync'): void {
     const purged = this.#generations.observe(all, scopes);
     // A new instance's first resync raises every scope purged since the last `all`: keep the line short.
     if (purged.length > 0) this.#logger.info({ purged: purged.slice(0, 10), count: purged.length, via }, 'cache purge applied');

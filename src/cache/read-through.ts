@@ -94,6 +94,8 @@ interface Fetched extends UpstreamAnswer {
   readonly entry?: CacheEntry;
   /** Resolves when the variants are made and Redis has the entry (or gave up). */
   readonly settled?: Promise<void>;
+  /** The payer whose own refusal (its budget spent) decided this answer: it is no other key's. */
+  readonly refusedPayer?: string;
 }
 
 /**
@@ -141,11 +143,7 @@ export class ReadThrough {
     if (newest !== undefined && (stale === undefined || newest.entry.storedAt > stale.storedAt)) stale = newest.entry;
     if (stale !== undefined) return this.#revalidate(request, client, stale, trace);
 
-    // Pass-through: one flight per key, so a key never receives the answer to another key's call.
-    const pass = passThrough(client);
-    const payer = this.#payerOf(client);
-    const flight = this.#flights.run(pass === undefined ? request.path : `${pass.digest}\n${request.path}`, () => this.#fetchFor(request, pass, payer, trace));
-    const fetched = await flight.promise;
+    const { flight, fetched } = await this.#join(request, client, trace);
     // A key whose refreshes failed lately: this miss's answer ends or extends its backoff.
     if (flight.leader && this.#backoff.tracks(request.path)) this.#learn(request.path, fetched);
     const viaRedis = fetched.viaRedis === true;
@@ -165,6 +163,26 @@ export class ReadThrough {
       ...(fetched.upstream === undefined ? {} : { upstream: fetched.upstream }),
       ...(flight.leader ? { upstreamMs: fetched.upstreamMs, upstreamCall: fetched.called === true } : {}),
     };
+  }
+
+  /**
+   * The flight that answers a miss: one per path (per key with pass-through auth, so a key never
+   * receives the answer to another key's call). A refusal of the leader's own key (its budget
+   * spent) is not an answer for a follower of another key: that follower asks again, leading or
+   * joining the path's next flight, and, should that one also end in another key's refusal, a
+   * flight of its own key's, which can only answer for that key. So a follower waits at most
+   * three flights, and a call is charged to the key that leads it, as for every flight.
+   */
+  async #join(request: EndpointRequest, client: Client, trace: TraceSpan | undefined): Promise<{ flight: { leader: boolean }; fetched: Fetched }> {
+    const pass = passThrough(client);
+    const payer = this.#payerOf(client);
+    const shared = pass === undefined ? request.path : `${pass.digest}\n${request.path}`;
+    for (let round = 0; ; round++) {
+      const key = round < 2 ? shared : `${payer.id}\n${shared}`;
+      const flight = this.#flights.run(key, () => this.#fetchFor(request, pass, payer, trace));
+      const fetched = await flight.promise;
+      if (flight.leader || fetched.refusedPayer === undefined || fetched.refusedPayer === payer.id) return { flight, fetched };
+    }
   }
 
   #hit(entry: CacheEntry, tier: 'memory' | 'redis'): Served {
@@ -251,7 +269,8 @@ export class ReadThrough {
    */
   async #fetchAndStore(request: EndpointRequest, client: PassThroughClient | undefined, payer: Payer, trace: TraceSpan | undefined): Promise<Fetched> {
     const { sharedFlights } = this.#deps;
-    const claim = sharedFlights === undefined ? undefined : await sharedFlights.claim(request.endpoint, request.path);
+    const deadlineMs = this.#deps.live.current.config.server.miss_deadline_ms;
+    const claim = sharedFlights === undefined ? undefined : await sharedFlights.claim(request.path, deadlineMs);
     if (claim?.kind === 'entry') return { status: claim.entry.status, body: claim.entry.body, entry: claim.entry, stored: false, viaRedis: true };
     let settled: Promise<void> | undefined;
     try {
@@ -270,7 +289,7 @@ export class ReadThrough {
     const ttl = config.cache.ttl_seconds;
     // Before the fetch: a purge observed while it runs must keep its response out of the cache.
     const stamp = cache.generations.stamp(request.path);
-    const { result, upstream, ms, called } = await upstreams.fetch(request, client && { id: client.id, key: client.key }, payer, trace);
+    const { result, upstream, ms, called, payerRefused } = await upstreams.fetch(request, client && { id: client.id, key: client.key }, payer, trace);
     const via = { upstream, upstreamMs: ms, called };
     if (client !== undefined) verifier?.judge(client, result);
     // The pool logs a rejected credential and a stop once; every request they turn away need not be.
@@ -280,7 +299,7 @@ export class ReadThrough {
       logger.warn({ upstream, route: request.endpoint, reason: result.reason }, 'upstream timed out');
     }
     const answer = answerFor(request.endpoint, result, clock.now(), client !== undefined);
-    if (answer.ttl === undefined) return { ...answer, stored: false, ...via };
+    if (answer.ttl === undefined) return { ...answer, stored: false, ...via, ...(payerRefused ? { refusedPayer: payer.id } : {}) };
     if (answer.ttl === 'not_found') return { ...answer, ...this.#store(404, answer.body, [{ path: request.path, ttlSeconds: ttl.not_found, generation: stamp }]), ...via };
     // Cross-population: a user's 200 also answers the other user route.
     const twin = counterpart(request.endpoint, answer.body);

@@ -1,15 +1,17 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Config } from '../config/types.js';
-import type { EndpointName } from '../endpoints.js';
 import type { GuardedRedis } from '../redis/guarded-redis.js';
 import type { CacheEntry } from './entry.js';
 import type { TieredCache } from './tiered-cache.js';
 
 /** How often an instance waiting on another's fetch looks for the result. */
 const POLL_MS = 15;
-/** Lease for a fixture upstream, which answers at once but still needs a bound. */
-const FIXTURE_LEASE_MS = 1000;
+/**
+ * The lease's time past the leader's deadline: after the upstream answers, the leader still
+ * stores the entry in Redis before it releases, and a waiting instance must find the entry, not
+ * a lapsed lease.
+ */
+const LEASE_MARGIN_MS = 1000;
 
 // Deletes the lease only if it is still ours: after it expired another instance may hold it.
 const RELEASE_SCRIPT = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
@@ -21,25 +23,27 @@ export type Claim =
 
 /**
  * Coalescing across instances: the first instance to miss a key takes a lease in Redis
- * (SET NX PX) and fetches; the others poll for the entry it stores. The lease outlives a
- * complete failover chain, so it never expires under a live holder, and a crashed holder delays
- * the others only until it expires. Without Redis (or with Redis failing) every instance fetches.
+ * (SET NX PX) and fetches; the others poll for the entry it stores. The lease lasts the leader's
+ * whole deadline (`server.miss_deadline_ms`: the call cap's queue, retries, credential switches
+ * and failover all fit in it) plus a margin to store the entry, so it never expires under a live
+ * holder, and a crashed holder delays the others only until it expires. The deadline is the one
+ * in force when the lease is taken, so a reload that changes it applies to the next miss. Without
+ * Redis (or with Redis failing) every instance fetches.
  */
 export class SharedFlights {
   readonly #guard: GuardedRedis;
   readonly #cache: TieredCache;
   readonly #prefix: string;
-  readonly #leaseMs: Readonly<Record<EndpointName, number>>;
 
-  constructor(guard: GuardedRedis, cache: TieredCache, config: Config, prefix: string) {
+  constructor(guard: GuardedRedis, cache: TieredCache, prefix: string) {
     this.#guard = guard;
     this.#cache = cache;
     this.#prefix = prefix;
-    this.#leaseMs = leaseDurations(config);
   }
 
-  async claim(endpoint: EndpointName, key: string): Promise<Claim> {
-    const leaseMs = this.#leaseMs[endpoint];
+  /** `deadlineMs`: how long the leader may work on the miss (`server.miss_deadline_ms`). */
+  async claim(key: string, deadlineMs: number): Promise<Claim> {
+    const leaseMs = deadlineMs + LEASE_MARGIN_MS;
     const lockKey = `${this.#prefix}lock:${key}`;
     const token = randomUUID();
     const deadline = performance.now() + leaseMs + POLL_MS;
@@ -70,15 +74,3 @@ export class SharedFlights {
   }
 }
 
-/** Per endpoint: every upstream of its failover chain timing out in turn, plus a margin. */
-function leaseDurations(config: Config): Record<EndpointName, number> {
-  return Object.fromEntries(
-    Object.entries(config.routes).map(([endpoint, names]) => {
-      const total = names.reduce((sum, name) => {
-        const upstream = config.upstreams[name];
-        return sum + (upstream === undefined || upstream.kind === 'fixture' ? FIXTURE_LEASE_MS : upstream.timeout_ms);
-      }, 0);
-      return [endpoint, total + 1000];
-    }),
-  ) as Record<EndpointName, number>;
-}

@@ -49,7 +49,7 @@ export class TieredCache {
   readonly generations: Generations;
   readonly #redis: TieredCacheOptions['redis'];
   readonly #clock: Clock;
-  readonly #staleMs: number;
+  #staleMs: number;
   readonly #pending = new Set<Promise<void>>();
 
   constructor(options: TieredCacheOptions) {
@@ -58,6 +58,15 @@ export class TieredCache {
     this.#redis = options.redis;
     this.#clock = options.clock;
     this.#staleMs = options.staleMs;
+  }
+
+  /**
+   * `cache.stale_seconds` changed by a reload: entries read from now on are retained (and served
+   * stale) that long past their TTL. Entries already stored keep the Redis expiry and memory
+   * lifetime they were stored with, so a longer window reaches only entries stored after it.
+   */
+  set staleMs(ms: number) {
+    this.#staleMs = ms;
   }
 
   get shared(): boolean {

@@ -8,7 +8,7 @@ import { buildUpstream, type BuiltUpstream, type UpstreamStatus } from './chain.
 import type { BudgetBook } from './budget-book.js';
 import type { UpstreamSetEvents } from './events.js';
 import type { ProviderState } from './guard/provider-state.js';
-import { callFloorMs, isWaitRefusal, msLeft, wasCalled, type Attempt, type UpstreamResult } from './upstream.js';
+import { callFloorMs, isPayerRefusal, isWaitRefusal, msLeft, wasCalled, type Attempt, type UpstreamResult } from './upstream.js';
 
 /** The answer that decided a request, with who gave it and how long the exchange took. */
 export interface RoutedResult {
@@ -17,6 +17,11 @@ export interface RoutedResult {
   readonly ms: number;
   /** Whether any upstream of the route was really called (not every attempt refused). */
   readonly called: boolean;
+  /**
+   * Whether an upstream of the route was skipped for a refusal of the payer's own (its budget
+   * spent): a call for another key might have gone further, so the result is only this payer's.
+   */
+  readonly payerRefused: boolean;
 }
 
 export interface UpstreamSetOptions {
@@ -79,13 +84,14 @@ export class UpstreamSet {
       const route = this.#routes[request.endpoint];
       let decided: RoutedResult | undefined;
       let called = false;
+      let payerRefused = false;
       for (const [i, name] of route.entries()) {
         // No call without time to answer it: the next upstream would bill a call perch abandons,
         // and count its timeout against a provider that did nothing wrong.
         if (msLeft(deadline) < this.#minCallMs) {
           this.#metrics?.refused(name, request.endpoint, 'no_time');
           this.#logger.warn({ upstream: name, route: request.endpoint, reason: 'no_time', deadline_ms: this.#deadlineMs }, 'miss deadline reached: upstream not called');
-          return { result: { kind: 'refused', reason: 'no_time', retryAfterSeconds: 1 }, upstream: name, ms: 0, called };
+          return { result: { kind: 'refused', reason: 'no_time', retryAfterSeconds: 1 }, upstream: name, ms: 0, called, payerRefused };
         }
         const started = performance.now();
         const attempt: Attempt = {
@@ -99,7 +105,8 @@ export class UpstreamSet {
         const result = await this.#upstreams.get(name)!.call(attempt);
         const exchanged = wasCalled(result);
         called ||= exchanged;
-        const routed = { result, upstream: name, ms: performance.now() - started, called };
+        payerRefused ||= result.kind === 'refused' && isPayerRefusal(result.reason);
+        const routed = { result, upstream: name, ms: performance.now() - started, called, payerRefused };
         if (exchanged) this.#metrics?.upstream(name, request.endpoint, result, routed.ms / 1000);
         decided = better(decided, routed);
         // A client's key the provider rejected is the client's answer: the next upstream would not
@@ -108,7 +115,7 @@ export class UpstreamSet {
         if (i < route.length - 1) this.#failover(name, request.endpoint, result, route[i + 1]!);
       }
       // Validation guarantees every route names at least one upstream.
-      return { ...decided!, called };
+      return { ...decided!, called, payerRefused };
     } finally {
       if (--this.#inFlight === 0) this.#drained?.();
     }

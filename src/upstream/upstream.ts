@@ -63,6 +63,15 @@ export function isWaitRefusal(reason: RefusalReason): boolean {
   return reason === 'cooling_down' || reason === 'usage_capped' || reason === 'over_cap' || reason === 'budget_spent';
 }
 
+/**
+ * The refusals that belong to the paying key, not to the provider or to perch's shared limits:
+ * another key's call would not meet them. A flight's followers of other keys must not be given
+ * one (read-through.ts): they make or join a call of their own instead.
+ */
+export function isPayerRefusal(reason: RefusalReason): boolean {
+  return reason === 'budget_spent';
+}
+
 /** What made a 429-like answer: a plain 429, a 503 with Retry-After, or the spent usage cap. */
 export type RateLimitCause = 'status_429' | 'status_503' | 'usage_capped';
 

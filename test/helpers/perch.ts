@@ -27,6 +27,8 @@ export interface RunningPerch {
   readonly logs: LogCapture;
   /** GET (or `method`) on perch with the test key unless `key` says otherwise (null: no header). */
   request(path: string, options?: RequestOptions): Promise<TestResponse>;
+  /** Applies `yaml` as a SIGHUP would (`env` as at the start). */
+  reload(yaml: string): void;
 }
 
 export interface RequestOptions {
@@ -135,6 +137,9 @@ export async function startPerch(
     config,
     cache: perch.cache,
     logs,
+    reload(next) {
+      perch.reload(parseConfig(next, options.env ?? {}));
+    },
     async request(path, requestOptions = {}) {
       const headers: Record<string, string> = { ...requestOptions.headers };
       const key = requestOptions.key === undefined ? KEY : requestOptions.key;
