@@ -297,3 +297,69 @@ test('x_v2 a 200 that cannot be mapped is 502 E502, logged with the JSON path, n
   const reasons = perch.logs.lines().filter((l) => l.level === 40 && typeof l.reason === 'string').map((l) => l.reason);
   assert.ok(reasons.includes('status 200 with a body not of the X v2 user shape: /data/public_metrics must be object'), JSON.stringify(reasons));
 });
+
+const NOT_AUTHORIZED = JSON.stringify({
+  errors: [
+    {
+      value: '99',
+      detail: 'Sorry, you are not authorized to see the user with id: [99].',
+      title: 'Authorization Error',
+      resource_type: 'user',
+      parameter: 'id',
+      resource_id: '99',
+      type: 'https://api.twitter.com/2/problems/not-authorized-for-resource',
+    },
+  ],
+});
+
+test('x_v2 a protected account (200, not-authorized-for-resource) is 404 E404, cached, never against the breaker: 25 asks, one call, the public timeline still 200', { timeout: 20_000 }, async (t) => {
+  // A breaker that would open on 2 failures: the four calls below would open it if they counted.
+  const { upstream, perch } = await setup(
+    t,
+    (req, res) => (/^\/2\/(?:users\/99\/|tweets\/98\?)/.test(req.url ?? '') ? send(res, 200, NOT_AUTHORIZED) : standIn(req, res)),
+    `bearer_token: "${TOKEN_A}", breaker: { consecutive_failures: 2 }`,
+  );
+  const calls = (prefix: string) => upstream.requests.filter((r) => r.url.startsWith(prefix)).length;
+  for (let i = 0; i < 25; i++) {
+    const res = await perch.request('/v1/users/99/tweets');
+    assert.deepEqual([res.status, res.json()], [404, { error: { message: 'User not found', code: 'E404' } }], `ask ${i + 1}`);
+  }
+  assert.equal(calls('/2/users/99/tweets'), 1, 'the 404 is cached: one call for 25 asks');
+  for (const [path, message] of [
+    ['/v1/users/99/replies', 'User not found'],
+    ['/v1/users/99/following', 'User not found'],
+    ['/v1/tweets/98', 'Tweet not found'],
+  ] as const) {
+    for (let i = 0; i < 2; i++) assert.deepEqual([(await perch.request(path)).status, (await perch.request(path)).json()], [404, { error: { message, code: 'E404' } }], path);
+  }
+  assert.equal(upstream.requests.length, 4, 'one call per resource');
+  const pub = await perch.request('/v1/users/2244994945/tweets');
+  assert.deepEqual([pub.status, pub.json()], [200, mapTimeline(xFixture('timeline-page1'))]);
+});
+
+test('x_v2 a tweet whose author X left out of includes is 502 E502, not cached, and never against the breaker', { timeout: 20_000 }, async (t) => {
+  const tweet = xFixture('tweet');
+  delete tweet.includes.users;
+  const replies = xFixture('replies-page1');
+  replies.includes.users = [];
+  const { upstream, perch } = await setup(
+    t,
+    (req, res) => {
+      const url = req.url ?? '';
+      if (url.startsWith('/2/tweets/1722701605825642574')) return send(res, 200, JSON.stringify(tweet));
+      if (url.startsWith('/2/users/2244994945/tweets') && url.includes('exclude=retweets')) return send(res, 200, JSON.stringify(replies));
+      return standIn(req, res);
+    },
+    `bearer_token: "${TOKEN_A}", breaker: { consecutive_failures: 2 }`,
+  );
+  for (const path of ['/v1/tweets/1722701605825642574', '/v1/users/2244994945/replies']) {
+    for (let i = 0; i < 3; i++) {
+      const res = await perch.request(path);
+      assert.deepEqual([res.status, res.text], [502, '{"error":{"message":"Upstream error","code":"E502"}}'], path);
+    }
+  }
+  assert.equal(upstream.requests.length, 6, 'not cached: each ask is a call, and the breaker let every one through');
+  assert.equal((await perch.request('/v1/users/2244994945')).status, 200);
+  const reasons = perch.logs.lines().filter((l) => typeof l.reason === 'string').map((l) => l.reason as string);
+  assert.ok(reasons.includes('status 200 with an X v2 tweet body that refers to what it left out: /includes/users has no entry for /data/author_id'), JSON.stringify(reasons));
+});

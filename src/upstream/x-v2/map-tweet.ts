@@ -1,5 +1,5 @@
 import { mapEntities, mediaByKey, type MediaItem, type V1Entities } from './map-entities.js';
-import { MappingError, object, optionalList, optionalCount, optionalString, string, type Json } from './read.js';
+import { MappingGap, object, optionalList, optionalCount, optionalString, string, type Json } from './read.js';
 import { twitterDate } from './twitter-date.js';
 
 /** The counts and text every v1 tweet carries, in a list entry's `legacy` and under `data`. */
@@ -32,7 +32,7 @@ export function mapTweet(body: unknown): V1TweetBody {
   const authorId = string(tweet.author_id, '/data/author_id');
   const users = optionalList(top.includes === undefined ? undefined : object(top.includes, '/includes').users, '/includes/users');
   const index = users.findIndex((u) => typeof u === 'object' && u !== null && (u as Json).id === authorId);
-  if (index < 0) throw new MappingError('/includes/users has no entry for /data/author_id');
+  if (index < 0) throw new MappingGap('/includes/users has no entry for /data/author_id');
   const author = object(users[index], `/includes/users/${index}`);
   const at = `/includes/users/${index}`;
   return {
