@@ -1,4 +1,5 @@
 import { nextToken } from './map-timeline.js';
+import { fullText } from './map-tweet.js';
 import { MappingGap, object, optionalBoolean, optionalCount, optionalList, optionalString, string, type Json } from './read.js';
 import { REPLIES_SOURCE } from './replies-source.js';
 import { twitterDate } from './twitter-date.js';
@@ -49,7 +50,7 @@ function v1Reply(tweet: Json, authors: ReadonlyMap<string, V1Reply['author']>, a
   const m = (key: string) => optionalCount(metrics[key], `${at}/public_metrics/${key}`);
   return {
     id: string(tweet.id, `${at}/id`),
-    text: string(tweet.text, `${at}/text`),
+    text: fullText(tweet, at).text,
     created_at: twitterDate(tweet.created_at, `${at}/created_at`),
     author,
     author_id: authorId,
