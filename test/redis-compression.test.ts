@@ -131,3 +131,19 @@ test('rolling upgrade: an entry an older instance wrote (format 2) is served; un
   }
   assert.equal(upstream.requests.length, bad.length);
 });
+
+test('an instance with compression off that serves another instance\'s gzip entry varies on Accept-Encoding; its identity answers too', T, async (t) => {
+  const { redis, upstream, start } = await setup(t);
+  const a = await start();
+  await get(a);
+  const off = await startPerch(
+    t,
+    testConfig(v1('main', upstream.url), `cache: { redis: { url: "${redis.url}", prefix: "t:" }, compression: { brotli: false, gzip: false } }`),
+  );
+  await waitFor(() => off.cache.redisConnected === true);
+  const gz = await get(off, { 'accept-encoding': 'gzip' });
+  assert.deepEqual([gz.headers['content-encoding'], gz.headers['vary']], ['gzip', 'X-API-Key, Accept-Encoding']);
+  const plain = await get(off);
+  assert.deepEqual([plain.headers['content-encoding'], plain.headers['vary']], [undefined, 'X-API-Key, Accept-Encoding']);
+  assert.equal(upstream.requests.length, 1, 'both served from the entry the first instance stored');
+});
