@@ -54,12 +54,12 @@ test('Redis holds the gzip variant with the tag; another instance serves it with
   const gzipFromA = await get(a, { 'accept-encoding': 'gzip' });
   const c = await client(t, redis);
   const value = (await c.getBuffer(REDIS_KEY))!;
-  assert.equal(value.readUInt8(0), 3, 'format 3');
+  assert.equal(value.readUInt8(0), 4, 'format 4');
   assert.equal(value.readUInt8(1), 1, 'the payload is gzip');
   assert.equal(value.readUInt32BE(24), identity.length);
-  const tag = value.toString('latin1', 29, 29 + value.readUInt8(28));
+  const tag = value.toString('latin1', 38, 38 + value.readUInt8(28));
   assert.equal(tag, `"${createHash('sha256').update(identity).digest('base64url').slice(0, 22)}"`);
-  const payload = value.subarray(29 + tag.length);
+  const payload = value.subarray(38 + tag.length);
   assert.ok(payload.equals(gzipFromA.body), 'the very bytes instance A sends gzip clients');
   assert.ok(gunzipSync(payload).equals(identity));
   // Before compression the value was a 24-byte header and the identity body.
