@@ -38,6 +38,11 @@ interface Lease {
   cancel: () => void;
 }
 
+/** A lease down to a quarter (rounded up) takes the next one ahead: at once for a lease of 1-4. */
+function lowWater(lease: Lease): boolean {
+  return lease.tokens <= Math.ceil(lease.taken / 4);
+}
+
 /** One key's leases on this instance, for one compiled plan. */
 interface KeyLeases {
   readonly plan: Plan;
@@ -54,7 +59,8 @@ interface KeyLeases {
  * background when a quarter is left.
  *
  * Sizing. A lease asks for what this instance is likely to spend: the first asks for 1 token,
- * each next one for twice what the last one got, up to `plan.lease`; a lease that lapses with
+ * each next one (taken ahead, so a growing key's requests rarely wait for Redis) for twice what
+ * the last one got, up to `plan.lease`; a lease that lapses with
  * tokens unspent sets the next one to what was spent of it. The shared bucket then grants at
  * most `tokens / (2 n)` of what it holds, `n` being the instances that lease from it (tracked in
  * Redis, see redis-limiter.ts), and never less than one token to a request that needs one.
@@ -98,7 +104,7 @@ export class LeasedLimiter {
   });
   /**
    * The lease being taken for a key, one at a time: the requests that need one wait for it
-   * together. Settles true when it brought tokens, false when it failed (never rejects).
+   * together. Settles true when Redis answered, false when the call failed (never rejects).
    */
   readonly #pending = new Map<string, Promise<boolean>>();
 
@@ -131,14 +137,14 @@ export class LeasedLimiter {
       leases.lease = lease.next;
     }
     lease.tokens -= cost;
-    if (cost > 0 && lease.next === undefined && lease.taken >= 4 && lease.tokens <= Math.floor(lease.taken / 4)) this.#takeAhead(keyId, leases);
+    if (cost > 0 && lease.next === undefined && lowWater(lease)) this.#takeAhead(keyId, leases);
     const next = lease.next !== undefined && lease.next.expiresAt > now ? lease.next : undefined;
     // Tokens held here (both leases) plus the bucket's at the newest lease.
     return { plan, allowed: true, tokens: Math.min(plan.capacity, (next ?? lease).shared + lease.tokens + (next?.tokens ?? 0)) };
   }
 
   /**
-   * The lease being taken for `keyId`, if any: true once it brought tokens, false when it
+   * The lease being taken for `keyId`, if any: true once Redis answered it, false when it
    * failed. A request that finds one waits for it rather than asking Redis itself, and one that
    * failed is counted once, by the request that took it, not again by each that waited.
    */
@@ -150,7 +156,7 @@ export class LeasedLimiter {
   takeShared(keyId: string, plan: Plan, cost: 0 | 1): Promise<Verdict> {
     if (plan.lease <= 1 || cost === 0) return this.#redis.take(keyId, plan, cost);
     const leasing = this.#lease(keyId, plan);
-    this.#track(keyId, leasing.then((verdict) => verdict.allowed, () => false));
+    this.#track(keyId, leasing.then(() => true, () => false));
     return leasing;
   }
 
@@ -173,7 +179,7 @@ export class LeasedLimiter {
 
   async #lease(keyId: string, plan: Plan): Promise<Verdict> {
     const leases = this.#leasesFor(keyId, plan);
-    const { taken, tokens } = await this.#redis.lease(keyId, plan, leases.want, this.#instance, REGISTRATION_MS);
+    const { taken, tokens } = await this.#redis.lease(keyId, plan, leases.want, 1, this.#instance, REGISTRATION_MS);
     if (taken === 0) return { plan, allowed: false, tokens };
     if (this.#keys.get(keyId) !== leases) {
       // Dropped while Redis answered (evicted, or the plan changed): the request spends one, the rest goes back.
@@ -181,7 +187,11 @@ export class LeasedLimiter {
       return { plan, allowed: true, tokens };
     }
     leases.want = Math.min(plan.lease, 2 * taken);
-    leases.lease = this.#newLease(keyId, leases, taken, tokens, taken - 1);
+    const lease = this.#newLease(keyId, leases, taken, tokens, taken - 1);
+    leases.lease = lease;
+    // A small lease (while a key's leases grow) is at its low water at once: the next request
+    // finds the next lease there rather than asking Redis itself.
+    if (lowWater(lease)) this.#takeAhead(keyId, leases, true);
     return { plan, allowed: true, tokens: Math.min(plan.capacity, tokens + taken - 1) };
   }
 
@@ -208,20 +218,23 @@ export class LeasedLimiter {
    * Takes the next lease while this one still has a quarter left. Runs behind the request that
    * crossed the mark; requests that run out before it lands wait for it like for any lease
    * (`#pending`). A refused or failed lease leaves things as they were: the next request that
-   * finds nothing left asks Redis itself, with the usual fallback.
+   * finds nothing left asks Redis itself, with the usual fallback. It asks for no token the
+   * fleet's share does not leave (`need` 0), so at the bucket's end no instance holds one ahead.
+   * `replacing`: called by the lease about to land, whose place in `#pending` it takes.
    */
-  #takeAhead(keyId: string, leases: KeyLeases): void {
-    if (this.#pending.has(keyId)) return;
+  #takeAhead(keyId: string, leases: KeyLeases, replacing = false): void {
+    if (!replacing && this.#pending.has(keyId)) return;
     const breaker = this.#breakers.for(this.#redis.redisKey(keyId));
     if (!breaker.allow()) return;
     const { plan } = leases;
-    const leasing = this.#redis.lease(keyId, plan, leases.want, this.#instance, REGISTRATION_MS).then(
+    const leasing = this.#redis.lease(keyId, plan, leases.want, 0, this.#instance, REGISTRATION_MS).then(
       ({ taken, tokens }) => {
         breaker.success();
-        if (taken === 0) return false;
+        // Redis answered, even with nothing: the requests that waited ask it themselves.
+        if (taken === 0) return true;
         if (this.#keys.get(keyId) !== leases) {
           void this.#giveBack(keyId, plan, taken, false);
-          return false;
+          return true;
         }
         leases.want = Math.min(plan.lease, 2 * taken);
         const ahead = this.#newLease(keyId, leases, taken, tokens);

@@ -123,14 +123,15 @@ export class RedisLimiter implements BucketLimiter {
   }
 
   /**
-   * Takes up to `want` whole tokens for `instance` (none when not even one is there; fewer when
-   * other instances lease too: see the script) and the tokens left after, registering the
-   * instance as one that leases for `registerMs`.
+   * Takes up to `want` whole tokens for `instance` (fewer when other instances lease too: see the
+   * script) and the tokens left after, registering the instance as one that leases for
+   * `registerMs`. `need` 1: a request waits for it, so it gets a token while one is there; 0: a
+   * lease taken ahead, which gets nothing once the instance's share rounds to no token.
    */
-  async lease(keyId: string, plan: Plan, want: number, instance: string, registerMs: number): Promise<{ taken: number; tokens: number }> {
+  async lease(keyId: string, plan: Plan, want: number, need: 0 | 1, instance: string, registerMs: number): Promise<{ taken: number; tokens: number }> {
     if (!this.#everReady && !this.#connectionFailed) await this.#awaitFirstConnection();
     const perMs = String(plan.refillPerSecond / 1000);
-    const [, tokens, taken] = await this.#client[COMMAND](this.redisKey(keyId), plan.capacity, perMs, want, 1, 0, instance, registerMs);
+    const [, tokens, taken] = await this.#client[COMMAND](this.redisKey(keyId), plan.capacity, perMs, want, need, 0, instance, registerMs);
     return { taken, tokens: Number(tokens) };
   }
 
