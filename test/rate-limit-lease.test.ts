@@ -196,6 +196,31 @@ test('12 perch processes share a bucket of 600: 600 requests round-robin are all
   assert.ok(statuses.filter((s) => s === 200).length <= 600, 'never more than the bucket held');
 });
 
+test('a perch process stopped with SIGTERM gives its unspent leased tokens back: the other instance then gets the rest of the bucket', { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const dir = tempDir(t, 'perch-lease-');
+  // Next to no refill: what the bucket holds is what was given back.
+  const plan = '{ capacity: 100, refill_per_second: 0.000000001 }';
+  const path = join(dir, 'perch.yaml');
+  writeFileSync(path, withPlan(testConfig(v1('main', upstream.url), `rate_limits_redis: { url: "${redis.url}", command_timeout_ms: 2000 }`), plan));
+  const a = await spawnPerch(t, path);
+  for (let i = 0; i < 10; i++) {
+    const res = await fetch(`${a.url}/v1/users/1`, { headers: { 'x-api-key': KEY } });
+    await res.arrayBuffer();
+    assert.equal(res.status, 200);
+  }
+  a.process.kill('SIGTERM');
+  assert.deepEqual(await a.exited, { code: 0, signal: null });
+  const inspector = new Redis(redis.url);
+  onCleanup(t, () => inspector.disconnect());
+  assert.deepEqual(Object.keys(await inspector.hgetall('perch:rl:alpha')).filter((k) => k.startsWith('i:')), [], 'the stopped instance is no longer counted');
+  const b = await instance(t, redis, upstream.url, plan);
+  const statuses: number[] = [];
+  for (let i = 0; i < 100; i++) statuses.push((await b.request('/v1/users/1')).status);
+  assert.equal(statuses.filter((s) => s === 200).length, 90);
+});
+
 test('a lease is a tenth of the bucket at most; within that, 100 tokens or a tenth of a second of refill, whichever is more', { timeout: 5000 }, () => {
   assert.deepEqual(
     [leaseSize(19, 1000), leaseSize(50, 0.001), leaseSize(1000, 0.001), leaseSize(1000, 50_000), leaseSize(100_000, 500), leaseSize(100_000, 10_000), leaseSize(1e9, 1e9)],
