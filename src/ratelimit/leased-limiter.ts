@@ -60,10 +60,11 @@ interface KeyLeases {
  *
  * Sizing. A lease asks for what this instance is likely to spend: the first asks for 1 token,
  * each next one (taken ahead, so a growing key's requests rarely wait for Redis) for twice what
- * the last one got, up to `plan.lease`; a lease that lapses with
- * tokens unspent sets the next one to what was spent of it. The shared bucket then grants at
- * most `tokens / (2 n)` of what it holds, `n` being the instances that lease from it (tracked in
- * Redis, see redis-limiter.ts), and never less than one token to a request that needs one.
+ * the last one got, up to `plan.lease`; a lease that lapses with tokens unspent sets the next
+ * one to what was spent of it. The shared bucket then grants at most `tokens / (2 n)` of what it
+ * holds, `n` being the instances that lease from it (tracked in Redis, see redis-limiter.ts):
+ * never less than one token to a request that needs one, and nothing to a lease taken ahead once
+ * that share rounds to no token.
  *
  * Giving back. Unspent tokens go back to the shared bucket when their lease lapses,
  * `LEASE_LIFE_MS` after it was taken, when the key's leases are dropped, and when the instance
