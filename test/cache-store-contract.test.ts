@@ -124,11 +124,11 @@ test('redis: values use the documented key, a 38-byte header and the tag before 
 
 test('entries date their bytes: the same bytes keep modifiedAt, new ones date from now, sharing the second with the body they replace when it fell in it', () => {
   const old = newEntry({ status: 200, body: Buffer.from('{"v":1}'), storedAt: 10_200, modifiedAt: 5_100, ttlMs: 1000, generation: { all: 0, scope: 0 } });
-  assert.deepEqual(modification(old.etag, 20_300, old), { modifiedAt: 5_100, sharedSecond: false });
+  assert.deepEqual(modification(old.etag, 20_300, old), { etag: old.etag, modifiedAt: 5_100, sharedSecond: false });
   const other = newEntry({ status: 200, body: Buffer.from('{"v":2}'), storedAt: 20_300, ttlMs: 1000, generation: { all: 0, scope: 0 } });
-  assert.deepEqual(modification(other.etag, 20_300, old), { modifiedAt: 20_300, sharedSecond: false });
-  assert.deepEqual(modification(other.etag, 5_900, old), { modifiedAt: 5_900, sharedSecond: true });
-  assert.deepEqual(modification(other.etag, 5_900, undefined), { modifiedAt: 5_900, sharedSecond: false });
+  assert.deepEqual(modification(other.etag, 20_300, old), { etag: other.etag, modifiedAt: 20_300, sharedSecond: false });
+  assert.deepEqual(modification(other.etag, 5_900, old), { etag: other.etag, modifiedAt: 5_900, sharedSecond: true });
+  assert.deepEqual(modification(other.etag, 5_900, undefined), { etag: other.etag, modifiedAt: 5_900, sharedSecond: false });
 });
 
 test('redis: modifiedAt and sharedSecond travel; a format-3 value is read, its bytes dated from storedAt', async (t) => {

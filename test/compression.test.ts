@@ -8,6 +8,7 @@ import { request, fetch as undiciFetch } from 'undici';
 import { ManualClock } from './helpers/clock.js';
 import { KEY, metric, startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
 import { sampleTweetsPage } from './helpers/sample-bodies.js';
+import { ADMIN_YAML, purge } from './helpers/admin.js';
 import { json, startUpstream } from './helpers/upstream-server.js';
 
 const T = { timeout: 20_000 };
@@ -216,4 +217,25 @@ test('a refresh that returns the same bytes keeps Last-Modified, and If-Modified
   assert.notEqual(changed.headers['etag'], first.headers['etag']);
   assert.equal(changed.headers['last-modified'], new Date(clock.now()).toUTCString());
   assert.equal((await raw(perch, PATH, { 'if-modified-since': lastModified })).status, 200);
+});
+
+test('new bytes fetched after a purge within the second of the old ones: If-Modified-Since with that second is 200, not 304', T, async (t) => {
+  const clock = new ManualClock();
+  clock.advance(100);
+  const page = sampleTweetsPage();
+  const upstream = await startUpstream(t, json(200, page));
+  const perch = await startPerch(t, testConfig(v1('main', upstream.url), ADMIN_YAML), { clock, timers: clock });
+  const PATH = '/v1/users/1/tweets';
+  const old = await raw(perch, PATH);
+  upstream.behaviour = json(200, { ...page, data: { ...page.data, cursor_bottom: 'c' } });
+  assert.equal((await purge(perch, { all: true })).status, 200);
+  clock.advance(500);
+  const fresh = await raw(perch, PATH);
+  assert.notEqual(fresh.headers['etag'], old.headers['etag']);
+  // Both bodies carry the same whole second: the date cannot tell the old copy from the new.
+  assert.equal(fresh.headers['last-modified'], old.headers['last-modified']);
+  assert.equal((await raw(perch, PATH, { 'if-modified-since': old.headers['last-modified']! })).status, 200);
+  assert.equal((await raw(perch, PATH, { 'if-none-match': fresh.headers['etag']! })).status, 304);
+  clock.advance(1000);
+  assert.equal((await raw(perch, PATH, { 'if-modified-since': new Date(clock.now()).toUTCString() })).status, 304, 'a later second names the new body only');
 });

@@ -159,16 +159,19 @@ export function entityTag(body: Buffer): string {
   return `"${hash('sha256', body, 'base64url').slice(0, 22)}"`;
 }
 
+/** What dates a body: its tag, when it became the answer, and whether another shared that second. */
+export type Dated = Pick<CacheEntry, 'etag' | 'modifiedAt' | 'sharedSecond'>;
+
 /**
  * `modifiedAt` and `sharedSecond` of `body` (tagged `etag`) answered at `now`, given `previous`,
- * the entry it replaces, where known: the same bytes keep their date; new ones date from `now`,
- * sharing their second when the previous body's date fell in it. Where the previous entry is not
- * known (a miss: expired and dropped, or purged), new bytes share their second with none.
+ * the body it replaces, where known: the same bytes keep their date; new ones date from `now`,
+ * sharing their second when the previous body's date fell in it. Where no previous body is
+ * known, new bytes share their second with none.
  */
-export function modification(etag: string, now: number, previous: CacheEntry | undefined): Pick<CacheEntry, 'modifiedAt' | 'sharedSecond'> {
-  if (previous === undefined) return { modifiedAt: now, sharedSecond: false };
-  if (previous.etag === etag) return { modifiedAt: previous.modifiedAt, sharedSecond: previous.sharedSecond };
-  return { modifiedAt: now, sharedSecond: Math.floor(previous.modifiedAt / 1000) === Math.floor(now / 1000) };
+export function modification(etag: string, now: number, previous: Dated | undefined): Dated {
+  if (previous === undefined) return { etag, modifiedAt: now, sharedSecond: false };
+  if (previous.etag === etag) return { etag, modifiedAt: previous.modifiedAt, sharedSecond: previous.sharedSecond };
+  return { etag, modifiedAt: now, sharedSecond: Math.floor(previous.modifiedAt / 1000) === Math.floor(now / 1000) };
 }
 
 export function isFresh(entry: CacheEntry, now: number): boolean {

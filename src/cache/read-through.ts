@@ -1,3 +1,4 @@
+import { LRUCache } from 'lru-cache';
 import type { Client } from '../auth/key-store.js';
 import { passThrough, type PassThroughClient, type UpstreamVerifier } from '../auth/upstream-verifier.js';
 import type { Clock } from '../clock.js';
@@ -10,7 +11,7 @@ import type { Payer } from '../upstream/upstream.js';
 import type { UpstreamSet } from '../upstream/upstream-set.js';
 import { Coalescer } from './coalescer.js';
 import { counterpart } from './cross-population.js';
-import { ageSeconds, entityTag, modification, remainingTtlSeconds, withVariants, type CacheEntry } from './entry.js';
+import { ageSeconds, entityTag, modification, remainingTtlSeconds, withVariants, type CacheEntry, type Dated } from './entry.js';
 import type { Generation } from './generation.js';
 import { forwardCacheStatus, hitCacheStatus, staleCacheStatus, type CacheOutcome } from './outcome.js';
 import type { SharedFlights } from './shared-flight.js';
@@ -94,9 +95,19 @@ interface Fetched extends UpstreamAnswer {
  * whose answer is stored in both tiers and, for a user, under its twin route too. Purge
  * generations keep a response that may predate a purge out of the cache.
  */
+/** Paths whose last body this instance remembers, for `Last-Modified` across a purge or an eviction. */
+const DATED_PATHS = 10_000;
+
 export class ReadThrough {
   readonly #deps: ReadThroughDeps;
   readonly #flights = new Coalescer<Fetched>();
+  /**
+   * The last body this instance stored per path, dated: a miss after a purge or an eviction has
+   * no entry to compare with, and new bytes fetched within the same second as the body they
+   * replace must not share its `Last-Modified` unflagged (see `modification`). Bounded; a path
+   * it dropped, or one another instance refetched, dates its bytes as a first fetch.
+   */
+  readonly #dated = new LRUCache<string, Dated>({ max: DATED_PATHS });
 
   constructor(deps: ReadThroughDeps) {
     this.#deps = deps;
@@ -247,14 +258,16 @@ export class ReadThrough {
   /**
    * Stores one answer under each target with a TTL: memory at once, compression and Redis behind
    * the answer (tiered-cache.ts). `stored` and `entry` are the first target's, the request's own.
-   * `previous`: the first target's entry this answer replaces, where known; the twin route's
-   * body is the same, so it takes the same date.
+   * `previous`: the first target's entry this answer replaces, where known, else the body this
+   * instance last stored there; the twin route's body is the same, so it takes the same date.
    */
   #store(status: 200 | 404, body: Buffer, targets: readonly StoreTarget[], previous: CacheEntry | undefined): Pick<Fetched, 'stored' | 'entry' | 'settled'> {
     const { cache, clock, live, logger } = this.#deps;
     const storedAt = clock.now();
     const etag = entityTag(body);
-    const { modifiedAt, sharedSecond } = modification(etag, storedAt, previous);
+    const dated = modification(etag, storedAt, previous ?? this.#dated.get(targets[0]!.path));
+    const { modifiedAt, sharedSecond } = dated;
+    for (const target of targets) this.#dated.set(target.path, dated);
     const writes = targets
       .filter((target) => target.ttlSeconds > 0)
       .map((target) => ({
