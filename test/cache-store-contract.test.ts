@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
-import { newEntry, type CacheEntry } from '../src/cache/entry.js';
+import { modification, newEntry, type CacheEntry } from '../src/cache/entry.js';
 import { MemoryStore } from '../src/cache/memory-store.js';
 import { RedisStore } from '../src/cache/redis-store.js';
 import type { CacheStore } from '../src/cache/store.js';
@@ -101,7 +101,7 @@ for (const [tier, open] of Object.entries(TIERS)) {
   });
 }
 
-test('redis: values use the documented key, a 29-byte header and the tag before the raw body', async (t) => {
+test('redis: values use the documented key, a 38-byte header and the tag before the raw body', async (t) => {
   const redis = await startRedis(t);
   const client = createRedisClient({ url: redis.url, prefix: 'p:', command_timeout_ms: 1000 }, 'contract-test');
   onCleanup(t, () => client.disconnect());
@@ -109,13 +109,45 @@ test('redis: values use the documented key, a 29-byte header and the tag before 
   await new RedisStore(client, 'p:').set('/v1/users/1', entry('{"id":"1"}'), 60_000);
   const raw = await client.getBuffer('p:c:/v1/users/1');
   const tag = entry('{"id":"1"}').etag;
-  assert.equal(raw?.length, 29 + tag.length + 10);
-  // Format version 3: the one with the tag and a coding; identity (0) for an entry without variants.
-  assert.equal(raw?.readUInt8(0), 3);
+  assert.equal(raw?.length, 38 + tag.length + 10);
+  // Format version 4: the tag, a coding, and when the bytes became the answer; identity (0) for an entry without variants.
+  assert.equal(raw?.readUInt8(0), 4);
   assert.equal(raw?.readUInt8(1), 0);
   assert.equal(raw?.readUInt32BE(24), 10);
-  assert.equal(raw?.toString('latin1', 29, 29 + raw.readUInt8(28)), tag);
-  assert.equal(raw?.subarray(29 + tag.length).toString(), '{"id":"1"}');
+  assert.equal(raw?.readDoubleBE(29), entry('{"id":"1"}').modifiedAt);
+  assert.equal(raw?.readUInt8(37), 0);
+  assert.equal(raw?.toString('latin1', 38, 38 + raw.readUInt8(28)), tag);
+  assert.equal(raw?.subarray(38 + tag.length).toString(), '{"id":"1"}');
   const pttl = await client.pttl('p:c:/v1/users/1');
   assert.ok(pttl > 59_000 && pttl <= 60_000, `PX retention, got ${pttl}`);
+});
+
+test('entries date their bytes: the same bytes keep modifiedAt, new ones date from now, sharing the second with the body they replace when it fell in it', () => {
+  const old = newEntry({ status: 200, body: Buffer.from('{"v":1}'), storedAt: 10_200, modifiedAt: 5_100, ttlMs: 1000, generation: { all: 0, scope: 0 } });
+  assert.deepEqual(modification(old.etag, 20_300, old), { etag: old.etag, modifiedAt: 5_100, sharedSecond: false });
+  const other = newEntry({ status: 200, body: Buffer.from('{"v":2}'), storedAt: 20_300, ttlMs: 1000, generation: { all: 0, scope: 0 } });
+  assert.deepEqual(modification(other.etag, 20_300, old), { etag: other.etag, modifiedAt: 20_300, sharedSecond: false });
+  assert.deepEqual(modification(other.etag, 5_900, old), { etag: other.etag, modifiedAt: 5_900, sharedSecond: true });
+  assert.deepEqual(modification(other.etag, 5_900, undefined), { etag: other.etag, modifiedAt: 5_900, sharedSecond: false });
+});
+
+test('redis: modifiedAt and sharedSecond travel; a format-3 value is read, its bytes dated from storedAt', async (t) => {
+  const redis = await startRedis(t);
+  const client = createRedisClient({ url: redis.url, prefix: 'p:', command_timeout_ms: 1000 }, 'contract-test');
+  onCleanup(t, () => client.disconnect());
+  await new Promise((resolve) => client.once('ready', resolve));
+  const store = new RedisStore(client, 'p:');
+  const dated = newEntry({ status: 200, body: Buffer.from('{"id":"1"}'), storedAt: 1_767_225_600_123, modifiedAt: 1_767_225_500_456, sharedSecond: true, ttlMs: 60_000, generation: { all: 2, scope: 7 } });
+  await store.set('/v1/users/1', dated, 60_000);
+  const back = await store.get('/v1/users/1');
+  assert.deepEqual([back?.modifiedAt, back?.sharedSecond, back?.storedAt], [1_767_225_500_456, true, 1_767_225_600_123]);
+  const v4 = (await client.getBuffer('p:c:/v1/users/1'))!;
+  const tagLength = v4.readUInt8(28);
+  // The same value as format 3: the first 29 bytes, then the tag and the payload.
+  const v3 = Buffer.concat([v4.subarray(0, 29), v4.subarray(38)]);
+  v3.writeUInt8(3, 0);
+  await client.set('p:c:/v1/users/2', v3, 'PX', 60_000);
+  const old = await store.get('/v1/users/2');
+  assert.deepEqual([old?.body.toString(), old?.etag, old?.modifiedAt, old?.sharedSecond], ['{"id":"1"}', dated.etag, dated.storedAt, false]);
+  assert.equal(tagLength, dated.etag.length);
 });

@@ -6,7 +6,10 @@ import { promisify } from 'node:util';
 import { brotliDecompressSync, gunzipSync } from 'node:zlib';
 import { request, fetch as undiciFetch } from 'undici';
 import { ManualClock } from './helpers/clock.js';
-import { KEY, metric, startPerch, testConfig, type RunningPerch } from './helpers/perch.js';
+import { KEY, metric, startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
+import { sampleTweetsPage } from './helpers/sample-bodies.js';
+import { ADMIN_YAML, purge } from './helpers/admin.js';
+import { json, startUpstream } from './helpers/upstream-server.js';
 
 const T = { timeout: 20_000 };
 const PAGE = '/v1/users/12/tweets';
@@ -185,4 +188,54 @@ test('a stale entry served while it refreshes keeps its coding and validators; i
   assert.equal(stale.status, 304);
   assert.match(stale.headers['cache-status'] ?? '', /^perch; fwd=stale/);
   assert.equal(perch.logs.lines().filter((l) => l.msg === 'request').at(-1)?.cache, 'stale');
+});
+
+test('a refresh that returns the same bytes keeps Last-Modified, and If-Modified-Since with it is still 304; new bytes date from their refresh', T, async (t) => {
+  const clock = new ManualClock();
+  clock.advance(250);
+  const page = sampleTweetsPage();
+  const upstream = await startUpstream(t, json(200, page));
+  const perch = await startPerch(t, testConfig(v1('main', upstream.url), 'cache: { ttl_seconds: { tweets: 10 } }'), { clock, timers: clock });
+  const PATH = '/v1/users/1/tweets';
+  const first = await raw(perch, PATH);
+  const lastModified = first.headers['last-modified']!;
+  assert.equal(lastModified, new Date(clock.now()).toUTCString());
+  /** A stale answer starts the refresh; done once the entry is a fresh hit again. */
+  const refreshed = async () => {
+    clock.advance(11_000);
+    assert.match((await raw(perch, PATH)).headers['cache-status'] ?? '', /^perch; fwd=stale/);
+    await waitFor(async () => ((await raw(perch, PATH)).headers['cache-status'] ?? '').startsWith('perch; hit'));
+    return raw(perch, PATH);
+  };
+  const same = await refreshed();
+  assert.equal(upstream.requests.length, 2);
+  assert.deepEqual([same.headers['age'], same.headers['etag'], same.headers['last-modified']], ['0', first.headers['etag'], lastModified]);
+  assert.equal((await raw(perch, PATH, { 'if-modified-since': lastModified })).status, 304);
+
+  upstream.behaviour = json(200, { ...page, data: { ...page.data, cursor_bottom: 'c' } });
+  const changed = await refreshed();
+  assert.notEqual(changed.headers['etag'], first.headers['etag']);
+  assert.equal(changed.headers['last-modified'], new Date(clock.now()).toUTCString());
+  assert.equal((await raw(perch, PATH, { 'if-modified-since': lastModified })).status, 200);
+});
+
+test('new bytes fetched after a purge within the second of the old ones: If-Modified-Since with that second is 200, not 304', T, async (t) => {
+  const clock = new ManualClock();
+  clock.advance(100);
+  const page = sampleTweetsPage();
+  const upstream = await startUpstream(t, json(200, page));
+  const perch = await startPerch(t, testConfig(v1('main', upstream.url), ADMIN_YAML), { clock, timers: clock });
+  const PATH = '/v1/users/1/tweets';
+  const old = await raw(perch, PATH);
+  upstream.behaviour = json(200, { ...page, data: { ...page.data, cursor_bottom: 'c' } });
+  assert.equal((await purge(perch, { all: true })).status, 200);
+  clock.advance(500);
+  const fresh = await raw(perch, PATH);
+  assert.notEqual(fresh.headers['etag'], old.headers['etag']);
+  // Both bodies carry the same whole second: the date cannot tell the old copy from the new.
+  assert.equal(fresh.headers['last-modified'], old.headers['last-modified']);
+  assert.equal((await raw(perch, PATH, { 'if-modified-since': old.headers['last-modified']! })).status, 200);
+  assert.equal((await raw(perch, PATH, { 'if-none-match': fresh.headers['etag']! })).status, 304);
+  clock.advance(1000);
+  assert.equal((await raw(perch, PATH, { 'if-modified-since': new Date(clock.now()).toUTCString() })).status, 304, 'a later second names the new body only');
 });

@@ -37,6 +37,13 @@ test('If-Modified-Since: whole seconds, no earlier than Last-Modified; ignored w
   assert.equal(notModified(TAG, at(MODIFIED - 1000), TAG, MODIFIED), true, 'If-None-Match decides');
 });
 
+test('If-Modified-Since of the very second of Last-Modified is no match when another body was the answer within that second', () => {
+  const at = (ms: number) => new Date(ms).toUTCString();
+  assert.equal(notModified(undefined, at(MODIFIED), TAG, MODIFIED, true), false, 'the date names both bodies');
+  assert.equal(notModified(undefined, at(MODIFIED + 1000), TAG, MODIFIED, true), true, 'a later second names this one only');
+  assert.equal(notModified(TAG, at(MODIFIED), TAG, MODIFIED, true), true, 'the tag tells them apart');
+});
+
 test('Last-Modified is an IMF-fixdate', () => {
   assert.equal(httpDate(MODIFIED), 'Thu, 01 Jan 2026 12:00:00 GMT');
   assert.equal(httpDate(MODIFIED + 249), 'Thu, 01 Jan 2026 12:00:00 GMT', 'whole seconds');

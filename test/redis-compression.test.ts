@@ -54,12 +54,12 @@ test('Redis holds the gzip variant with the tag; another instance serves it with
   const gzipFromA = await get(a, { 'accept-encoding': 'gzip' });
   const c = await client(t, redis);
   const value = (await c.getBuffer(REDIS_KEY))!;
-  assert.equal(value.readUInt8(0), 3, 'format 3');
+  assert.equal(value.readUInt8(0), 4, 'format 4');
   assert.equal(value.readUInt8(1), 1, 'the payload is gzip');
   assert.equal(value.readUInt32BE(24), identity.length);
-  const tag = value.toString('latin1', 29, 29 + value.readUInt8(28));
+  const tag = value.toString('latin1', 38, 38 + value.readUInt8(28));
   assert.equal(tag, `"${createHash('sha256').update(identity).digest('base64url').slice(0, 22)}"`);
-  const payload = value.subarray(29 + tag.length);
+  const payload = value.subarray(38 + tag.length);
   assert.ok(payload.equals(gzipFromA.body), 'the very bytes instance A sends gzip clients');
   assert.ok(gunzipSync(payload).equals(identity));
   // Before compression the value was a 24-byte header and the identity body.
@@ -130,4 +130,20 @@ test('rolling upgrade: an entry an older instance wrote (format 2) is served; un
     assert.ok(body.equals(fresh), `case ${i}: the upstream's page`);
   }
   assert.equal(upstream.requests.length, bad.length);
+});
+
+test('an instance with compression off that serves another instance\'s gzip entry varies on Accept-Encoding; its identity answers too', T, async (t) => {
+  const { redis, upstream, start } = await setup(t);
+  const a = await start();
+  await get(a);
+  const off = await startPerch(
+    t,
+    testConfig(v1('main', upstream.url), `cache: { redis: { url: "${redis.url}", prefix: "t:" }, compression: { brotli: false, gzip: false } }`),
+  );
+  await waitFor(() => off.cache.redisConnected === true);
+  const gz = await get(off, { 'accept-encoding': 'gzip' });
+  assert.deepEqual([gz.headers['content-encoding'], gz.headers['vary']], ['gzip', 'X-API-Key, Accept-Encoding']);
+  const plain = await get(off);
+  assert.deepEqual([plain.headers['content-encoding'], plain.headers['vary']], [undefined, 'X-API-Key, Accept-Encoding']);
+  assert.equal(upstream.requests.length, 1, 'both served from the entry the first instance stored');
 });

@@ -79,7 +79,9 @@ test('Redis killed mid-test: requests are answered fast from memory or upstream;
     }
   }
   assert.equal(perch.cache.redisState, 'open');
-  assert.ok(perch.cache.redisStats!.errors >= 5);
+  // The rate limits share these breakers: the leases a new key takes as its traffic grows fail
+  // too, so some of the failures that opened the breaker are theirs, not the cache's.
+  assert.ok(perch.cache.redisStats!.errors >= 1);
   assert.ok(perch.cache.redisStats!.skipped > 0);
   assert.equal(upstream.requests.length, 21);
   // The provider guard has breakers of its own on the same Redis; this test is about the cache's.

@@ -254,9 +254,15 @@ describe('x_v2 mapping: what a 200 says', { timeout: 10_000 }, () => {
     assert.throws(() => outcomeOf(xFixture('empty-listing'), false), { message: '/data is missing' });
   });
 
-  it('names the problem type of other errors, and only a type that is X\'s', () => {
+  it('reads a resource the app may not see (a protected account: not-authorized-for-resource) as not found', () => {
     const forbidden = { errors: [{ title: 'Authorization Error', type: 'https://api.twitter.com/2/problems/not-authorized-for-resource', detail: 'secret detail' }] };
-    assert.deepEqual(outcomeOf(forbidden, true), { kind: 'errors', type: 'https://api.twitter.com/2/problems/not-authorized-for-resource' });
+    assert.deepEqual(outcomeOf(forbidden, true), { kind: 'not_found' });
+    assert.deepEqual(outcomeOf(forbidden, false), { kind: 'not_found' });
+  });
+
+  it('names the problem type of other errors, and only a type that is X\'s', () => {
+    const invalid = { errors: [{ title: 'Invalid Request', type: 'https://api.twitter.com/2/problems/invalid-request', detail: 'secret detail' }] };
+    assert.deepEqual(outcomeOf(invalid, true), { kind: 'errors', type: 'https://api.twitter.com/2/problems/invalid-request' });
     assert.deepEqual(outcomeOf({ errors: [{ title: 'x', type: 'https://evil.example/leak?q=1' }] }, true), { kind: 'errors', type: 'unknown' });
   });
 });

@@ -19,9 +19,9 @@ const NEXT_REPLIES = '7140dibdnow9c7btw3w29grvxfcgvpb9n9coehpk7xz5j';
 const NEXT_FOLLOWING = 'DFEDBNRFT3MHCZZZ';
 
 const USER_FIELDS = 'user.fields=created_at,description,location,pinned_tweet_id,profile_image_url,profile_banner_url,protected,public_metrics,url,verified';
-const TIMELINE_QUERY = 'tweet.fields=attachments,created_at,entities,public_metrics&expansions=attachments.media_keys&media.fields=preview_image_url,type,url';
+const TIMELINE_QUERY = 'tweet.fields=attachments,created_at,entities,note_tweet,public_metrics&expansions=attachments.media_keys&media.fields=preview_image_url,type,url';
 const REPLIES_QUERY =
-  'exclude=retweets&tweet.fields=author_id,conversation_id,created_at,in_reply_to_user_id,lang,possibly_sensitive,public_metrics&expansions=author_id&user.fields=profile_image_url,verified';
+  'exclude=retweets&tweet.fields=author_id,conversation_id,created_at,in_reply_to_user_id,lang,note_tweet,possibly_sensitive,public_metrics&expansions=author_id&user.fields=profile_image_url,verified';
 
 /** Answers like X: application/json with X's rate-limit headers, or problem+json for errors. */
 function send(res: ServerResponse, status: number, body: string, headers: Record<string, string> = {}): void {
@@ -68,7 +68,7 @@ test('x_v2 serves all six endpoints: mapped field by field, each request exactly
     [
       '/v1/tweets/1722701605825642574',
       mapTweet(xFixture('tweet')),
-      '/2/tweets/1722701605825642574?tweet.fields=author_id,attachments,created_at,entities,public_metrics&expansions=author_id,attachments.media_keys&media.fields=preview_image_url,type,url&user.fields=profile_image_url',
+      '/2/tweets/1722701605825642574?tweet.fields=author_id,attachments,created_at,entities,note_tweet,public_metrics&expansions=author_id,attachments.media_keys&media.fields=preview_image_url,type,url&user.fields=profile_image_url',
     ],
     ['/v1/users/2244994945/tweets', mapTimeline(xFixture('timeline-page1')), `/2/users/2244994945/tweets?max_results=20&${TIMELINE_QUERY}`],
     ['/v1/users/2244994945/replies', mapReplies(xFixture('replies-page1')), `/2/users/2244994945/tweets?max_results=100&${REPLIES_QUERY}`],
@@ -296,4 +296,128 @@ test('x_v2 a 200 that cannot be mapped is 502 E502, logged with the JSON path, n
   assert.equal(upstream.requests.length, 2);
   const reasons = perch.logs.lines().filter((l) => l.level === 40 && typeof l.reason === 'string').map((l) => l.reason);
   assert.ok(reasons.includes('status 200 with a body not of the X v2 user shape: /data/public_metrics must be object'), JSON.stringify(reasons));
+});
+
+const NOT_AUTHORIZED = JSON.stringify({
+  errors: [
+    {
+      value: '99',
+      detail: 'Sorry, you are not authorized to see the user with id: [99].',
+      title: 'Authorization Error',
+      resource_type: 'user',
+      parameter: 'id',
+      resource_id: '99',
+      type: 'https://api.twitter.com/2/problems/not-authorized-for-resource',
+    },
+  ],
+});
+
+test('x_v2 a protected account (200, not-authorized-for-resource) is 404 E404, cached, never against the breaker: 25 asks, one call, the public timeline still 200', { timeout: 20_000 }, async (t) => {
+  // A breaker that would open on 2 failures: the four calls below would open it if they counted.
+  const { upstream, perch } = await setup(
+    t,
+    (req, res) => (/^\/2\/(?:users\/99\/|tweets\/98\?)/.test(req.url ?? '') ? send(res, 200, NOT_AUTHORIZED) : standIn(req, res)),
+    `bearer_token: "${TOKEN_A}", breaker: { consecutive_failures: 2 }`,
+  );
+  const calls = (prefix: string) => upstream.requests.filter((r) => r.url.startsWith(prefix)).length;
+  for (let i = 0; i < 25; i++) {
+    const res = await perch.request('/v1/users/99/tweets');
+    assert.deepEqual([res.status, res.json()], [404, { error: { message: 'User not found', code: 'E404' } }], `ask ${i + 1}`);
+  }
+  assert.equal(calls('/2/users/99/tweets'), 1, 'the 404 is cached: one call for 25 asks');
+  for (const [path, message] of [
+    ['/v1/users/99/replies', 'User not found'],
+    ['/v1/users/99/following', 'User not found'],
+    ['/v1/tweets/98', 'Tweet not found'],
+  ] as const) {
+    for (let i = 0; i < 2; i++) assert.deepEqual([(await perch.request(path)).status, (await perch.request(path)).json()], [404, { error: { message, code: 'E404' } }], path);
+  }
+  assert.equal(upstream.requests.length, 4, 'one call per resource');
+  const pub = await perch.request('/v1/users/2244994945/tweets');
+  assert.deepEqual([pub.status, pub.json()], [200, mapTimeline(xFixture('timeline-page1'))]);
+});
+
+test('x_v2 a tweet whose author X left out of includes is 502 E502, not cached, and never against the breaker', { timeout: 20_000 }, async (t) => {
+  const tweet = xFixture('tweet');
+  delete tweet.includes.users;
+  const replies = xFixture('replies-page1');
+  replies.includes.users = [];
+  const { upstream, perch } = await setup(
+    t,
+    (req, res) => {
+      const url = req.url ?? '';
+      if (url.startsWith('/2/tweets/1722701605825642574')) return send(res, 200, JSON.stringify(tweet));
+      if (url.startsWith('/2/users/2244994945/tweets') && url.includes('exclude=retweets')) return send(res, 200, JSON.stringify(replies));
+      return standIn(req, res);
+    },
+    `bearer_token: "${TOKEN_A}", breaker: { consecutive_failures: 2 }`,
+  );
+  for (const path of ['/v1/tweets/1722701605825642574', '/v1/users/2244994945/replies']) {
+    for (let i = 0; i < 3; i++) {
+      const res = await perch.request(path);
+      assert.deepEqual([res.status, res.text], [502, '{"error":{"message":"Upstream error","code":"E502"}}'], path);
+    }
+  }
+  assert.equal(upstream.requests.length, 6, 'not cached: each ask is a call, and the breaker let every one through');
+  assert.equal((await perch.request('/v1/users/2244994945')).status, 200);
+  const reasons = perch.logs.lines().filter((l) => typeof l.reason === 'string').map((l) => l.reason as string);
+  assert.ok(reasons.includes('status 200 with an X v2 tweet body that refers to what it left out: /includes/users has no entry for /data/author_id'), JSON.stringify(reasons));
+});
+
+/**
+ * A post of exactly 1,000 characters (code points, an emoji among them) as X sends it: `text` cut
+ * at 280, the whole text and its entities, counted in it, under `note_tweet`.
+ */
+function longPost() {
+  const mention = '@XDevelopers';
+  const hashtag = '#perch';
+  const link = 'https://t.co/LongPost01';
+  const head = 'Thread 🧵 on caching proxies. ';
+  const filler = (n: number) => 'words that fill a long post '.repeat(40).slice(0, n);
+  const parts = [head, filler(300), mention, ' ', filler(400), hashtag, ' ', link, ' '];
+  const used = parts.reduce((sum, p) => sum + [...p].length, 0);
+  const text = parts.join('') + filler(1000 - used);
+  const at = (s: string) => [...text.slice(0, text.indexOf(s))].length;
+  const span = (s: string) => ({ start: at(s), end: at(s) + [...s].length });
+  const noteEntities = {
+    mentions: [{ ...span(mention), username: 'XDevelopers', id: '2244994945' }],
+    hashtags: [{ ...span(hashtag), tag: 'perch' }],
+    urls: [{ ...span(link), url: link, expanded_url: 'https://example.com/long', display_url: 'example.com/long' }],
+  };
+  const v1Entities = {
+    hashtags: [{ text: 'perch', indices: [span(hashtag).start, span(hashtag).end] }],
+    urls: [{ url: link, expanded_url: 'https://example.com/long', display_url: 'example.com/long', indices: [span(link).start, span(link).end] }],
+    user_mentions: [{ screen_name: 'XDevelopers', id_str: '2244994945', indices: [span(mention).start, span(mention).end] }],
+    media: [],
+    symbols: [],
+  };
+  const cut = [...text].slice(0, 279).join('') + '…';
+  return { text, cut, noteEntities, v1Entities };
+}
+
+test('x_v2 a post of 1,000 characters comes back whole, with its entities, as the tweet, in the tweets listing and in replies', { timeout: 20_000 }, async (t) => {
+  const post = longPost();
+  assert.equal([...post.text].length, 1000);
+  const withNote = (tweet: any) => ({ ...tweet, text: post.cut, entities: { hashtags: [{ start: 0, end: 6, tag: 'cut' }] }, note_tweet: { text: post.text, entities: post.noteEntities } });
+  const tweet = xFixture('tweet');
+  tweet.data = withNote(tweet.data);
+  delete tweet.data.attachments;
+  const timeline = xFixture('timeline-page1');
+  timeline.data[0] = withNote(timeline.data[0]);
+  delete timeline.data[0].attachments;
+  const replies = xFixture('replies-page1');
+  replies.data[0] = { ...replies.data[0], text: post.cut, note_tweet: { text: post.text, entities: post.noteEntities } };
+  const { perch } = await setup(t, (req, res) => {
+    const url = req.url ?? '';
+    if (url.startsWith('/2/tweets/1722701605825642574')) return send(res, 200, JSON.stringify(tweet));
+    if (url.startsWith('/2/users/2244994945/tweets') && url.includes('exclude=retweets')) return send(res, 200, JSON.stringify(replies));
+    if (url.startsWith('/2/users/2244994945/tweets')) return send(res, 200, JSON.stringify(timeline));
+    return standIn(req, res);
+  });
+  const single = (await perch.request('/v1/tweets/1722701605825642574')).json().data;
+  assert.deepEqual([single.full_text, single.entities], [post.text, post.v1Entities]);
+  const entry = (await perch.request('/v1/users/2244994945/tweets')).json().data.entries[0].legacy;
+  assert.deepEqual([entry.full_text, entry.entities], [post.text, post.v1Entities]);
+  const reply = (await perch.request('/v1/users/2244994945/replies')).json().data[0];
+  assert.equal(reply.text, post.text);
 });

@@ -86,7 +86,7 @@ export function createPerch(options: PerchOptions): Perch {
   const metrics = new PerchMetrics();
   const redis = openRedis(config, { clock, logger });
   const tiers = createCache(config, { clock, logger, ...(redis.cache === undefined ? {} : { redis: redis.cache }) });
-  const rateLimits = new RateLimits(config, { clock, logger, ...(redis.limits === undefined ? {} : { redis: redis.limits }) });
+  const rateLimits = new RateLimits(config, { clock, timers, logger, ...(redis.limits === undefined ? {} : { redis: redis.limits }) });
   const providerState = createProviderState({ clock, logger, ...(redis.providerGuard === undefined ? {} : { redis: redis.providerGuard }) });
   const budgets = new BudgetBook(clock);
   const settings = tracingSettings(config.tracing, options.env ?? {});
@@ -183,6 +183,8 @@ export function createPerch(options: PerchOptions): Perch {
       ]);
       // Entries answered but not yet in Redis: the next instance to miss them would call again.
       await within(tiers.cache.settled(), deadline - performance.now());
+      // Leased tokens this instance will not spend: the other instances may.
+      await within(rateLimits.close(), deadline - performance.now());
       tiers.cache.close();
       await redis.close();
     },

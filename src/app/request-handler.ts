@@ -133,9 +133,13 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     const own: HeaderList = served.ageSeconds === undefined ? ['cache-status', served.cacheStatus] : ['cache-status', served.cacheStatus, 'age', served.ageSeconds];
     const headers = base(x, own);
     const { compression } = deps.live.current.config.cache;
-    pushCachePolicy(headers, served.status, served.maxAgeSeconds, compression.brotli || compression.gzip);
-    if (served.retryAfterSeconds !== undefined) headers.push('retry-after', served.retryAfterSeconds);
     const { entry } = served;
+    // An entry may have variants whatever this instance's compression says now: made before a
+    // reload turned it off, or by another instance through Redis. Its answer is negotiated all
+    // the same, so it varies on Accept-Encoding too.
+    const negotiated = compression.brotli || compression.gzip || (entry !== undefined && entry.brBytes + entry.gzipBytes > 0);
+    pushCachePolicy(headers, served.status, served.maxAgeSeconds, negotiated);
+    if (served.retryAfterSeconds !== undefined) headers.push('retry-after', served.retryAfterSeconds);
     if (entry === undefined || served.status !== 200) {
       send(x.res, x.head, served.status, served.body, headers);
       return finish(x, served.status);
@@ -144,8 +148,8 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     // client's copy is that representation already.
     const coding = negotiate(x.req.headers['accept-encoding'], entry);
     const tag = codingTag(entry.etag, coding);
-    headers.push('etag', tag, 'last-modified', httpDate(entry.storedAt));
-    if (notModified(x.req.headers['if-none-match'], x.req.headers['if-modified-since'], tag, entry.storedAt)) {
+    headers.push('etag', tag, 'last-modified', httpDate(entry.modifiedAt));
+    if (notModified(x.req.headers['if-none-match'], x.req.headers['if-modified-since'], tag, entry.modifiedAt, entry.sharedSecond)) {
       if (x.cache === 'hit') x.cache = 'revalidated';
       sendNotModified(x.res, headers);
       return finish(x, 304);

@@ -27,6 +27,17 @@ export interface CacheEntry {
   readonly body: Buffer;
   /** Clock time (ms) the upstream answered. */
   readonly storedAt: number;
+  /**
+   * Clock time (ms) these bytes became the answer, for `Last-Modified`: the `storedAt` of the
+   * fetch that first returned them, kept by every refetch that returns the same bytes.
+   */
+  readonly modifiedAt: number;
+  /**
+   * Whether another body was the answer within the same whole second as `modifiedAt`:
+   * `Last-Modified` (whole seconds) then names both, so a date alone cannot tell a client's copy
+   * is this body, and only the entity tag may earn a 304.
+   */
+  readonly sharedSecond: boolean;
   /** Freshness lifetime (ms) from `storedAt`. */
   readonly ttlMs: number;
   /** The purge generations in force when its fetch started; older than known is absent. */
@@ -47,8 +58,11 @@ export interface CacheEntry {
   readonly gzipBytes: number;
 }
 
-/** What a fetch or a tier reads of a response; the validator and the variants' layout are derived here. */
-export type EntryFields = Pick<CacheEntry, 'status' | 'body' | 'storedAt' | 'ttlMs' | 'generation'>;
+/**
+ * What a fetch or a tier reads of a response; the validator and the variants' layout are derived
+ * here. Without `modifiedAt` the bytes are new at `storedAt`, and share their second with no other.
+ */
+export type EntryFields = Pick<CacheEntry, 'status' | 'body' | 'storedAt' | 'ttlMs' | 'generation'> & Partial<Pick<CacheEntry, 'modifiedAt' | 'sharedSecond'>>;
 
 /** A response with its validator, as Redis holds it (redis-store.ts): what `withVariants` completes. */
 export type TaggedFields = EntryFields & Pick<CacheEntry, 'etag'>;
@@ -69,6 +83,8 @@ export function withVariants(entry: TaggedFields, variants: Variants | undefined
     status: entry.status,
     body: entry.body,
     storedAt: entry.storedAt,
+    modifiedAt: entry.modifiedAt ?? entry.storedAt,
+    sharedSecond: entry.sharedSecond ?? false,
     ttlMs: entry.ttlMs,
     generation: entry.generation,
     etag: entry.etag,
@@ -87,6 +103,8 @@ export function inRegion(entry: CacheEntry, body: Buffer, generation: Generation
     status: entry.status,
     body,
     storedAt: entry.storedAt,
+    modifiedAt: entry.modifiedAt,
+    sharedSecond: entry.sharedSecond,
     ttlMs: entry.ttlMs,
     generation,
     etag: entry.etag,
@@ -125,6 +143,7 @@ export function sameResponse(a: CacheEntry, b: CacheEntry): boolean {
   return (
     a.etag === b.etag &&
     a.storedAt === b.storedAt &&
+    a.modifiedAt === b.modifiedAt &&
     a.ttlMs === b.ttlMs &&
     a.status === b.status &&
     a.generation.all === b.generation.all &&
@@ -138,6 +157,21 @@ export function sameResponse(a: CacheEntry, b: CacheEntry): boolean {
  */
 export function entityTag(body: Buffer): string {
   return `"${hash('sha256', body, 'base64url').slice(0, 22)}"`;
+}
+
+/** What dates a body: its tag, when it became the answer, and whether another shared that second. */
+export type Dated = Pick<CacheEntry, 'etag' | 'modifiedAt' | 'sharedSecond'>;
+
+/**
+ * `modifiedAt` and `sharedSecond` of `body` (tagged `etag`) answered at `now`, given `previous`,
+ * the body it replaces, where known: the same bytes keep their date; new ones date from `now`,
+ * sharing their second when the previous body's date fell in it. Where no previous body is
+ * known, new bytes share their second with none.
+ */
+export function modification(etag: string, now: number, previous: Dated | undefined): Dated {
+  if (previous === undefined) return { etag, modifiedAt: now, sharedSecond: false };
+  if (previous.etag === etag) return { etag, modifiedAt: previous.modifiedAt, sharedSecond: previous.sharedSecond };
+  return { etag, modifiedAt: now, sharedSecond: Math.floor(previous.modifiedAt / 1000) === Math.floor(now / 1000) };
 }
 
 export function isFresh(entry: CacheEntry, now: number): boolean {

@@ -1,3 +1,4 @@
+import { LRUCache } from 'lru-cache';
 import type { Client } from '../auth/key-store.js';
 import { passThrough, type PassThroughClient, type UpstreamVerifier } from '../auth/upstream-verifier.js';
 import type { Clock } from '../clock.js';
@@ -10,7 +11,7 @@ import type { Payer } from '../upstream/upstream.js';
 import type { UpstreamSet } from '../upstream/upstream-set.js';
 import { Coalescer } from './coalescer.js';
 import { counterpart } from './cross-population.js';
-import { ageSeconds, entityTag, remainingTtlSeconds, withVariants, type CacheEntry } from './entry.js';
+import { ageSeconds, entityTag, modification, remainingTtlSeconds, withVariants, type CacheEntry, type Dated } from './entry.js';
 import type { Generation } from './generation.js';
 import { backoffCacheStatus, forwardCacheStatus, hitCacheStatus, staleCacheStatus, type CacheOutcome } from './outcome.js';
 import { RefreshBackoff, type PermanentAnswer } from './refresh-backoff.js';
@@ -104,10 +105,20 @@ interface Fetched extends UpstreamAnswer {
  * whose answer is stored in both tiers and, for a user, under its twin route too. Purge
  * generations keep a response that may predate a purge out of the cache.
  */
+/** Paths whose last body this instance remembers, for `Last-Modified` across a purge or an eviction. */
+const DATED_PATHS = 10_000;
+
 export class ReadThrough {
   readonly #deps: ReadThroughDeps;
   readonly #flights = new Coalescer<Fetched>();
   readonly #backoff: RefreshBackoff;
+  /**
+   * The last body this instance stored per path, dated: a miss after a purge or an eviction has
+   * no entry to compare with, and new bytes fetched within the same second as the body they
+   * replace must not share its `Last-Modified` unflagged (see `modification`). Bounded; a path
+   * it dropped, or one another instance refetched, dates its bytes as a first fetch.
+   */
+  readonly #dated = new LRUCache<string, Dated>({ max: DATED_PATHS });
 
   constructor(deps: ReadThroughDeps) {
     this.#deps = deps;
@@ -209,7 +220,7 @@ export class ReadThrough {
   #revalidate(request: EndpointRequest, client: Client, entry: CacheEntry, trace: TraceSpan | undefined): Served {
     const key = request.path;
     if (this.#backoff.waiting(key) === undefined) {
-      const flight = this.#flights.run(key, () => this.#fetchAndStore(request, passThrough(client), this.#payerOf(client), trace));
+      const flight = this.#flights.run(key, () => this.#fetchAndStore(request, passThrough(client), this.#payerOf(client), trace, entry));
       flight.promise.then(
         (fetched) => {
           if (flight.leader) this.#learn(key, fetched);
@@ -265,16 +276,17 @@ export class ReadThrough {
   /**
    * One upstream exchange and its effect on the cache; runs once per coalesced flight. With
    * Redis, another instance may already be fetching the same key: then its result is used.
-   * `client`: pass-through auth, whose key is the call's credential.
+   * `client`: pass-through auth, whose key is the call's credential. `previous`: the entry the
+   * answer replaces, where one is known (a refresh), which dates it (see `modification`).
    */
-  async #fetchAndStore(request: EndpointRequest, client: PassThroughClient | undefined, payer: Payer, trace: TraceSpan | undefined): Promise<Fetched> {
+  async #fetchAndStore(request: EndpointRequest, client: PassThroughClient | undefined, payer: Payer, trace: TraceSpan | undefined, previous?: CacheEntry): Promise<Fetched> {
     const { sharedFlights } = this.#deps;
     const deadlineMs = this.#deps.live.current.config.server.miss_deadline_ms;
     const claim = sharedFlights === undefined ? undefined : await sharedFlights.claim(request.path, deadlineMs);
     if (claim?.kind === 'entry') return { status: claim.entry.status, body: claim.entry.body, entry: claim.entry, stored: false, viaRedis: true };
     let settled: Promise<void> | undefined;
     try {
-      const fetched = await this.#fetchUpstream(request, payer, trace, client);
+      const fetched = await this.#fetchUpstream(request, payer, trace, client, previous);
       settled = fetched.settled;
       return fetched;
     } finally {
@@ -283,7 +295,7 @@ export class ReadThrough {
     }
   }
 
-  async #fetchUpstream(request: EndpointRequest, payer: Payer, trace: TraceSpan | undefined, client?: PassThroughClient): Promise<Fetched> {
+  async #fetchUpstream(request: EndpointRequest, payer: Payer, trace: TraceSpan | undefined, client?: PassThroughClient, previous?: CacheEntry): Promise<Fetched> {
     const { cache, clock, logger } = this.#deps;
     const { config, upstreams, verifier } = this.#deps.live.current;
     const ttl = config.cache.ttl_seconds;
@@ -300,13 +312,13 @@ export class ReadThrough {
     }
     const answer = answerFor(request.endpoint, result, clock.now(), client !== undefined);
     if (answer.ttl === undefined) return { ...answer, stored: false, ...via, ...(payerRefused ? { refusedPayer: payer.id } : {}) };
-    if (answer.ttl === 'not_found') return { ...answer, ...this.#store(404, answer.body, [{ path: request.path, ttlSeconds: ttl.not_found, generation: stamp }]), ...via };
+    if (answer.ttl === 'not_found') return { ...answer, ...this.#store(404, answer.body, [{ path: request.path, ttlSeconds: ttl.not_found, generation: stamp }], previous), ...via };
     // Cross-population: a user's 200 also answers the other user route.
     const twin = counterpart(request.endpoint, answer.body);
     const twinGeneration = twin && cache.generations.restamp(stamp, twin.path);
     const targets: StoreTarget[] = [{ path: request.path, ttlSeconds: ttl[request.endpoint], generation: stamp }];
     if (twin !== undefined && twinGeneration !== undefined) targets.push({ path: twin.path, ttlSeconds: ttl[twin.endpoint], generation: twinGeneration });
-    return { ...answer, ...this.#store(200, answer.body, targets), ...via };
+    return { ...answer, ...this.#store(200, answer.body, targets, previous), ...via };
   }
 
   /** The Redis lookup of a memory miss, in a span of its own when the request is traced and there is a Redis. */
@@ -326,14 +338,22 @@ export class ReadThrough {
   /**
    * Stores one answer under each target with a TTL: memory at once, compression and Redis behind
    * the answer (tiered-cache.ts). `stored` and `entry` are the first target's, the request's own.
+   * `previous`: the first target's entry this answer replaces, where known, else the body this
+   * instance last stored there; the twin route's body is the same, so it takes the same date.
    */
-  #store(status: 200 | 404, body: Buffer, targets: readonly StoreTarget[]): Pick<Fetched, 'stored' | 'entry' | 'settled'> {
+  #store(status: 200 | 404, body: Buffer, targets: readonly StoreTarget[], previous: CacheEntry | undefined): Pick<Fetched, 'stored' | 'entry' | 'settled'> {
     const { cache, clock, live, logger } = this.#deps;
     const storedAt = clock.now();
     const etag = entityTag(body);
+    const dated = modification(etag, storedAt, previous ?? this.#dated.get(targets[0]!.path));
+    const { modifiedAt, sharedSecond } = dated;
+    for (const target of targets) this.#dated.set(target.path, dated);
     const writes = targets
       .filter((target) => target.ttlSeconds > 0)
-      .map((target) => ({ key: target.path, entry: withVariants({ status, body, storedAt, ttlMs: target.ttlSeconds * 1000, generation: target.generation, etag }, undefined) }));
+      .map((target) => ({
+        key: target.path,
+        entry: withVariants({ status, body, storedAt, modifiedAt, sharedSecond, ttlMs: target.ttlSeconds * 1000, generation: target.generation, etag }, undefined),
+      }));
     if (writes.length === 0) return { stored: false };
     const { accepted, settled } = cache.store(writes, live.current.config.cache.compression);
     const tracked = settled.catch((error: unknown) => logger.error({ err: error, path: writes[0]!.key }, 'storing a cache entry failed'));

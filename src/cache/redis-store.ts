@@ -16,8 +16,10 @@ import type { CacheStore } from './store.js';
  *   20 u32  generation.scope
  *   24 u32  length of the identity body
  *   28 u8   length n of the entity tag
- *   29 n    the entity tag, ASCII, quotes included
- *   29+n    the payload
+ *   29 f64  modifiedAt (ms since the epoch: when these bytes became the answer)
+ *   37 u8   flags: 1 = sharedSecond (another body was the answer within modifiedAt's second)
+ *   38 n    the entity tag, ASCII, quotes included
+ *   38+n    the payload
  * One variant travels, gzip when there is one: every client that takes a compressed body takes
  * gzip, so an instance filled from Redis serves all of them compressed without compressing, and
  * inflates it once for identity clients. Brotli alone would leave gzip-only clients with the
@@ -27,12 +29,15 @@ import type { CacheStore } from './store.js';
  * unreachable garbage until its PX ends (after `all`, the whole cache twice over), the
  * cross-instance lease stays per path, and an instance that has not yet heard of a purge still
  * finds the entries written after it.
- * Version 2 (identity only, 24-byte header, no tag) is still read, so a rolling upgrade serves
- * the entries the older instances write; version 1 (no generations) and anything unknown read
- * as a miss. Older instances read version 3 as a miss.
+ * Versions 3 (no modifiedAt and flags: a 29-byte header, the tag at 29) and 2 (identity only,
+ * 24-byte header, no tag) are still read, their bytes dated from `storedAt`, so a rolling
+ * upgrade serves the entries the older instances write; version 1 (no generations) and anything
+ * unknown read as a miss. Older instances read version 4 as a miss.
  */
-const FORMAT_VERSION = 3;
-const HEADER_BYTES = 29;
+const FORMAT_VERSION = 4;
+const HEADER_BYTES = 38;
+const V3 = 3;
+const V3_HEADER_BYTES = 29;
 const V2 = 2;
 const V2_HEADER_BYTES = 24;
 const CODINGS: readonly (ContentCoding | undefined)[] = [undefined, 'gzip', 'br'];
@@ -52,6 +57,8 @@ export function encodeEntry(entry: CacheEntry): Buffer {
   value.writeUInt32BE(entry.generation.scope, 20);
   value.writeUInt32BE(entry.body.length, 24);
   value.writeUInt8(tagBytes, 28);
+  value.writeDoubleBE(entry.modifiedAt, 29);
+  value.writeUInt8(entry.sharedSecond ? 1 : 0, 37);
   value.write(entry.etag, HEADER_BYTES, 'latin1');
   payload.copy(value, start);
   return value;
@@ -63,10 +70,12 @@ export function encodeEntry(entry: CacheEntry): Buffer {
  */
 export async function decodeEntry(value: Buffer): Promise<CacheEntry | undefined> {
   if (value.length >= V2_HEADER_BYTES && value.readUInt8(0) === V2) return decodeV2(value);
-  if (value.length < HEADER_BYTES || value.readUInt8(0) !== FORMAT_VERSION) return undefined;
+  const version = value.length === 0 ? 0 : value.readUInt8(0);
+  const header = version === V3 ? V3_HEADER_BYTES : HEADER_BYTES;
+  if (value.length < header || (version !== FORMAT_VERSION && version !== V3)) return undefined;
   const status = value.readUInt16BE(2);
   const codingIndex = value.readUInt8(1);
-  const start = HEADER_BYTES + value.readUInt8(28);
+  const start = header + value.readUInt8(28);
   if ((status !== 200 && status !== 404) || codingIndex >= CODINGS.length || start > value.length) return undefined;
   const coding = CODINGS[codingIndex];
   const length = value.readUInt32BE(24);
@@ -86,9 +95,10 @@ export async function decodeEntry(value: Buffer): Promise<CacheEntry | undefined
     status,
     body,
     storedAt: value.readDoubleBE(4),
+    ...(version === V3 ? {} : { modifiedAt: value.readDoubleBE(29), sharedSecond: value.readUInt8(37) === 1 }),
     ttlMs: value.readUInt32BE(12),
     generation: { all: value.readUInt32BE(16), scope: value.readUInt32BE(20) },
-    etag: value.toString('latin1', HEADER_BYTES, start),
+    etag: value.toString('latin1', header, start),
   };
   if (coding === undefined) return withVariants(fields, undefined);
   return withVariants(fields, { bytes: payload, brBytes: coding === 'br' ? payload.length : 0, gzipBytes: coding === 'gzip' ? payload.length : 0 });

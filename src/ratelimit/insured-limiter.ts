@@ -36,11 +36,21 @@ export class InsuredLimiter {
     // Tokens already leased are this instance's to spend: no Redis, no breaker, no await.
     const local = this.#redis.takeLocal(keyId, plan, cost);
     if (local !== undefined) return local;
+    // A lease on its way serves this request too (or, if it brought nothing, the request asks
+    // again). If it fails, the request that took it has told the breaker; the ones that waited
+    // for it go to memory without telling it again.
+    const leasing = this.#redis.leasing(keyId, plan, cost);
+    if (leasing !== undefined) return leasing.then((leased) => (leased ? this.take(keyId, plan, cost) : this.#insurance.take(keyId, plan, cost)));
     return insured(
       this.#breakers.for(this.#redis.redisKey(keyId)),
       () => this.#redis.takeShared(keyId, plan, cost),
       () => this.#insurance.take(keyId, plan, cost),
       this.#switches,
     );
+  }
+
+  /** Gives the leased tokens back to Redis; see `LeasedLimiter.close`. */
+  close(): Promise<void> {
+    return this.#redis.close();
   }
 }

@@ -1,69 +1,120 @@
+import { randomUUID } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import type { Clock } from '../clock.js';
 import type { NodeBreakers } from '../redis/node-breakers.js';
+import type { Timers } from '../timers.js';
 import type { RedisLimiter } from './redis-limiter.js';
 import type { Plan, Verdict } from './token-bucket.js';
 
-const MAX_LEASES = 100_000;
+const MAX_KEYS = 100_000;
 
 /**
- * Shortest life of a lease. Without it a fast-refilling plan (thousands of tokens a second) would
- * see its leases lapse within microseconds and ask Redis for every request, one lease at a time.
+ * How long leased tokens may be spent. Short, so that tokens an instance no longer needs (its
+ * traffic went to other instances) are back in the shared bucket within a second; what that
+ * costs is at least one Redis round trip a second per key an instance serves.
  */
-const MIN_LEASE_MS = 1000;
+export const LEASE_LIFE_MS = 1000;
+
+/**
+ * How long an instance counts, in the shared bucket, among those that lease from it after its
+ * last lease (Redis time). Longer than a lease, so an instance between two leases still counts;
+ * an instance that stops takes its entry out at once (`close`).
+ */
+export const REGISTRATION_MS = 10_000;
 
 interface Lease {
   /** Leased tokens not spent yet. */
   tokens: number;
+  /** Tokens this lease took from the shared bucket. */
+  readonly taken: number;
   /** The shared bucket's tokens right after the lease, for the `RateLimit` header. */
   readonly shared: number;
-  /** When the unspent tokens lapse (clock ms). */
+  /** When it was taken and when its unspent tokens go back (clock ms). */
+  readonly takenAt: number;
   readonly expiresAt: number;
-  readonly plan: Plan;
   /** The lease taken ahead, spent once this one is spent or lapsed; it lapses on its own clock. */
   next?: Lease;
+  /** Cancels the timer that gives the unspent tokens back at `expiresAt`. */
+  cancel: () => void;
+}
+
+/** A lease down to a quarter (rounded up) takes the next one ahead: at once for a lease of 1-4. */
+function lowWater(lease: Lease): boolean {
+  return lease.tokens <= Math.ceil(lease.taken / 4);
+}
+
+/** One key's leases on this instance, for one compiled plan. */
+interface KeyLeases {
+  readonly plan: Plan;
+  lease: Lease | undefined;
+  /** Tokens the next lease asks for: adapts to what this instance spends (see `#lease`). */
+  want: number;
+  /** When this instance last leased for the key (clock ms): whether its registration may stand. */
+  leasedAt: number;
 }
 
 /**
- * A lease down to this many tokens takes the next one in the background, so that under steady
- * traffic no request waits for Redis: a quarter of the lease, which at 64 requests in flight and
- * a sub-millisecond round trip is rarely spent before the next lease arrives.
- */
-function lowWater(plan: Plan): number {
-  return Math.floor(plan.lease / 4);
-}
-
-/**
- * The shared buckets without a Redis round trip per request: an instance takes up to
- * `plan.lease` tokens (see `leaseSize`) at once from the shared bucket and spends them locally,
- * and takes the next lease in the background when a quarter is left. Tokens leave the shared bucket when leased, so
- * leasing never lets the fleet spend more tokens than the bucket gave; what it moves is when: a
- * token leased before a window may be spent inside it. Each lease's unspent tokens lapse
- * `max(1 s, lease / refill_per_second)` after it was taken (at least the time the bucket takes to
- * refill them), so every token is spent within that time of leaving the bucket, and in any window
- * a client gets at most `max(lease, refill_per_second)` requests more than its plan allows,
- * fleet-wide, whatever the number of instances. An instance holds at most a lease and a quarter
- * unspent (the quarter left and the lease taken ahead), so it can make another refuse early by at
- * most that many tokens. Plans with `lease` 1 ask Redis for every request, exactly as before.
+ * The shared buckets without a Redis round trip per request: an instance takes a lease of tokens
+ * from the shared bucket at once and spends them locally, and takes the next lease in the
+ * background when a quarter is left.
+ *
+ * Sizing. A lease asks for what this instance is likely to spend: the first asks for 1 token,
+ * each next one (taken ahead, so a growing key's requests rarely wait for Redis) for twice what
+ * the last one got, up to `plan.lease`; a lease that lapses with tokens unspent sets the next
+ * one to what was spent of it. The shared bucket then grants at most `tokens / (2 n)` of what it
+ * holds, `n` being the instances that lease from it (tracked in Redis, see redis-limiter.ts):
+ * never less than one token to a request that needs one, and nothing to a lease taken ahead once
+ * that share rounds to no token.
+ *
+ * Giving back. Unspent tokens go back to the shared bucket when their lease lapses,
+ * `LEASE_LIFE_MS` after it was taken, when the key's leases are dropped, and when the instance
+ * stops (`close`), less what the bucket refilled since the lease (`refill_per_second` times the
+ * time held): had they never been leased, the bucket could have overflowed by that much, so it
+ * never gets more back than it would have held.
+ *
+ * Bounds, with `n` instances leasing from one bucket of capacity `C` refilling `r` a second:
+ * - overspend: every token is spent within `LEASE_LIFE_MS` of leaving the bucket, and a token
+ *   given back is one the bucket would have held, so in any window a client gets at most `r`
+ *   (a second of refill) requests more than its plan allows, fleet-wide, whatever `n`;
+ * - early refusal: a request is refused while other instances hold tokens it could have had. An
+ *   instance holds at most two leases (the one it spends and the one taken ahead), each at most
+ *   `min(plan.lease, C / (2 n))`, so the others hold at most `(n - 1) / n` of `C`, and hold no
+ *   token more than `LEASE_LIFE_MS`; under even load the leases shrink with the bucket (each at
+ *   most its share of what is left), so the fleet spends what it holds before the bucket runs
+ *   dry, and the early refusals are a few tokens, not `n` leases (measured in
+ *   test/rate-limit-lease.test.ts: 600 of 600 over 12 instances, 1000 of 1000 over 50).
+ * Plans with `lease` 1 ask Redis for every request, exactly as without leases.
  */
 export class LeasedLimiter {
   readonly #redis: RedisLimiter;
   readonly #clock: Clock;
+  readonly #timers: Timers;
+  /** Taking a lease ahead and giving tokens back ask the node's breaker first, and tell it how the call went. */
+  readonly #breakers: NodeBreakers;
+  /** This instance in the shared buckets' count of those that lease. */
+  readonly #instance: string;
   /**
    * Bounded like the memory buckets, for pass-through keys (`auth.mode: upstream`) that are
-   * whatever callers send: a lease dropped early only returns its unspent tokens to nobody.
+   * whatever callers send: a key's leases dropped for room give their unspent tokens back.
    */
-  readonly #leases = new LRUCache<string, Lease>({ max: MAX_LEASES });
-  /** One lease request per key at a time: the requests that need one wait for it together. */
-  readonly #pending = new Map<string, Promise<void>>();
+  readonly #keys = new LRUCache<string, KeyLeases>({
+    max: MAX_KEYS,
+    dispose: (leases, keyId, reason) => {
+      if (reason === 'evict') this.#lapseAll(keyId, leases);
+    },
+  });
+  /**
+   * The lease being taken for a key, one at a time: the requests that need one wait for it
+   * together. Settles true when Redis answered, false when the call failed (never rejects).
+   */
+  readonly #pending = new Map<string, Promise<boolean>>();
 
-  /** Taking a lease ahead asks the node's breaker first, and tells it how the call went. */
-  readonly #breakers: NodeBreakers;
-
-  constructor(redis: RedisLimiter, clock: Clock, breakers: NodeBreakers) {
+  constructor(redis: RedisLimiter, deps: { clock: Clock; timers: Timers; breakers: NodeBreakers; instance?: string }) {
     this.#redis = redis;
-    this.#clock = clock;
-    this.#breakers = breakers;
+    this.#clock = deps.clock;
+    this.#timers = deps.timers;
+    this.#breakers = deps.breakers;
+    this.#instance = deps.instance ?? randomUUID();
   }
 
   /** The Redis key of a key's bucket (which cluster node decides). */
@@ -74,79 +125,176 @@ export class LeasedLimiter {
   /** Spends from this instance's lease when it has what `cost` needs; undefined when Redis must be asked. */
   takeLocal(keyId: string, plan: Plan, cost: 0 | 1): Verdict | undefined {
     if (plan.lease <= 1) return undefined;
-    let lease = this.#leases.get(keyId);
-    if (lease === undefined || lease.plan !== plan) return undefined;
+    const leases = this.#keys.get(keyId);
+    if (leases === undefined || leases.plan !== plan) return undefined;
     const now = this.#clock.now();
-    if (lease.expiresAt <= now || lease.tokens < cost) {
-      lease = lease.next;
-      if (lease === undefined || lease.expiresAt <= now || lease.tokens < cost) return undefined;
-      this.#leases.set(keyId, lease);
+    let lease: Lease | undefined;
+    for (;;) {
+      lease = leases.lease;
+      if (lease === undefined) return undefined;
+      if (lease.expiresAt <= now) this.#lapse(keyId, leases, lease);
+      else if (lease.tokens >= cost) break;
+      else if (lease.next === undefined) return undefined;
+      leases.lease = lease.next;
     }
     lease.tokens -= cost;
-    if (lease.tokens <= lowWater(plan) && lease.next === undefined && cost > 0) this.#takeAhead(keyId, plan);
+    if (cost > 0 && lease.next === undefined && lowWater(lease)) this.#takeAhead(keyId, leases);
     const next = lease.next !== undefined && lease.next.expiresAt > now ? lease.next : undefined;
     // Tokens held here (both leases) plus the bucket's at the newest lease.
     return { plan, allowed: true, tokens: Math.min(plan.capacity, (next ?? lease).shared + lease.tokens + (next?.tokens ?? 0)) };
   }
 
+  /**
+   * The lease being taken for `keyId`, if any: true once Redis answered it, false when it
+   * failed. A request that finds one waits for it rather than asking Redis itself, and one that
+   * failed is counted once, by the request that took it, not again by each that waited.
+   */
+  leasing(keyId: string, plan: Plan, cost: 0 | 1): Promise<boolean> | undefined {
+    return plan.lease <= 1 || cost === 0 ? undefined : this.#pending.get(keyId);
+  }
+
   /** Asks Redis: a new lease for leased plans, one token otherwise. Rejects when Redis fails. */
-  async takeShared(keyId: string, plan: Plan, cost: 0 | 1): Promise<Verdict> {
+  takeShared(keyId: string, plan: Plan, cost: 0 | 1): Promise<Verdict> {
     if (plan.lease <= 1 || cost === 0) return this.#redis.take(keyId, plan, cost);
-    for (;;) {
-      const pending = this.#pending.get(keyId);
-      if (pending === undefined) break;
-      await pending;
-      const local = this.takeLocal(keyId, plan, cost);
-      if (local !== undefined) return local;
+    const leasing = this.#lease(keyId, plan);
+    this.#track(keyId, leasing.then(() => true, () => false));
+    return leasing;
+  }
+
+  /**
+   * Gives every unspent token back and takes this instance out of the count of every bucket it
+   * leased from within its registration, so the fleet's next leases are sized for one instance
+   * fewer. Failures are not retried: the tokens then come back with the bucket's refill.
+   */
+  async close(): Promise<void> {
+    const now = this.#clock.now();
+    const calls: Promise<void>[] = [];
+    for (const [keyId, leases] of this.#keys.entries()) {
+      let back = 0;
+      for (let lease = leases.lease; lease !== undefined; lease = lease.next) back += this.#unspent(leases.plan, lease, now);
+      if (back > 0 || now - leases.leasedAt < REGISTRATION_MS) calls.push(this.#giveBack(keyId, leases.plan, back, true));
     }
-    let verdict!: Verdict;
-    const leasing = this.#lease(keyId, plan).then((v) => void (verdict = v));
-    this.#pending.set(keyId, leasing);
-    try {
-      await leasing;
-    } finally {
-      this.#pending.delete(keyId);
-    }
-    return verdict;
+    this.#keys.clear();
+    await Promise.all(calls);
   }
 
   async #lease(keyId: string, plan: Plan): Promise<Verdict> {
-    const { taken, tokens } = await this.#redis.lease(keyId, plan, plan.lease);
-    if (taken === 0) {
-      this.#leases.delete(keyId);
-      return { plan, allowed: false, tokens };
+    const leases = this.#leasesFor(keyId, plan);
+    const { taken, tokens } = await this.#redis.lease(keyId, plan, leases.want, 1, this.#instance, REGISTRATION_MS);
+    if (taken === 0) return { plan, allowed: false, tokens };
+    if (this.#keys.get(keyId) !== leases) {
+      // Dropped while Redis answered (evicted, or the plan changed): the request spends one, the rest goes back.
+      if (taken > 1) void this.#giveBack(keyId, plan, taken - 1, false);
+      return { plan, allowed: true, tokens };
     }
-    this.#leases.set(keyId, this.#newLease(plan, taken, tokens, taken - 1));
+    leases.want = Math.min(plan.lease, 2 * taken);
+    const lease = this.#newLease(keyId, leases, taken, tokens, taken - 1);
+    leases.lease = lease;
+    // A small lease (while a key's leases grow) is at its low water at once: the next request
+    // finds the next lease there rather than asking Redis itself.
+    if (lowWater(lease)) this.#takeAhead(keyId, leases, true);
     return { plan, allowed: true, tokens: Math.min(plan.capacity, tokens + taken - 1) };
   }
 
+  /** The key's leases for `plan`; those of a plan a reload replaced give their tokens back. */
+  #leasesFor(keyId: string, plan: Plan): KeyLeases {
+    const current = this.#keys.get(keyId);
+    if (current !== undefined && current.plan === plan) return current;
+    if (current !== undefined) this.#lapseAll(keyId, current);
+    const fresh: KeyLeases = { plan, lease: undefined, want: 1, leasedAt: this.#clock.now() };
+    this.#keys.set(keyId, fresh);
+    return fresh;
+  }
+
   /** `taken` tokens just leased, `shared` left in the bucket, `tokens` of them still to spend. */
-  #newLease(plan: Plan, taken: number, shared: number, tokens = taken): Lease {
-    return { tokens, shared, expiresAt: this.#clock.now() + Math.max(MIN_LEASE_MS, (taken * 1000) / plan.refillPerSecond), plan };
+  #newLease(keyId: string, leases: KeyLeases, taken: number, shared: number, tokens = taken): Lease {
+    const now = this.#clock.now();
+    leases.leasedAt = now;
+    const lease: Lease = { tokens, taken, shared, takenAt: now, expiresAt: now + LEASE_LIFE_MS, cancel: () => {} };
+    if (tokens > 0) lease.cancel = this.#timers.after(LEASE_LIFE_MS, () => this.#lapse(keyId, leases, lease));
+    return lease;
   }
 
   /**
    * Takes the next lease while this one still has a quarter left. Runs behind the request that
    * crossed the mark; requests that run out before it lands wait for it like for any lease
    * (`#pending`). A refused or failed lease leaves things as they were: the next request that
-   * finds nothing left asks Redis itself, with the usual fallback.
+   * finds nothing left asks Redis itself, with the usual fallback. It asks for no token the
+   * fleet's share does not leave (`need` 0), so at the bucket's end no instance holds one ahead.
+   * `replacing`: called by the lease about to land, whose place in `#pending` it takes.
    */
-  #takeAhead(keyId: string, plan: Plan): void {
-    if (this.#pending.has(keyId)) return;
+  #takeAhead(keyId: string, leases: KeyLeases, replacing = false): void {
+    if (!replacing && this.#pending.has(keyId)) return;
     const breaker = this.#breakers.for(this.#redis.redisKey(keyId));
     if (!breaker.allow()) return;
-    const leasing = this.#redis.lease(keyId, plan, plan.lease).then(
+    const { plan } = leases;
+    const leasing = this.#redis.lease(keyId, plan, leases.want, 0, this.#instance, REGISTRATION_MS).then(
       ({ taken, tokens }) => {
         breaker.success();
-        const current = this.#leases.get(keyId);
-        if (taken === 0) return;
-        const ahead = this.#newLease(plan, taken, tokens);
-        if (current === undefined || current.plan !== plan) this.#leases.set(keyId, ahead);
-        else current.next = ahead;
+        // Redis answered, even with nothing: the requests that waited ask it themselves.
+        if (taken === 0) return true;
+        if (this.#keys.get(keyId) !== leases) {
+          void this.#giveBack(keyId, plan, taken, false);
+          return true;
+        }
+        leases.want = Math.min(plan.lease, 2 * taken);
+        const ahead = this.#newLease(keyId, leases, taken, tokens);
+        if (leases.lease === undefined) leases.lease = ahead;
+        else {
+          let last = leases.lease;
+          while (last.next !== undefined) last = last.next;
+          last.next = ahead;
+        }
+        return true;
       },
+      () => {
+        breaker.failure();
+        return false;
+      },
+    );
+    this.#track(keyId, leasing);
+  }
+
+  #track(keyId: string, leasing: Promise<boolean>): void {
+    this.#pending.set(keyId, leasing);
+    void leasing.then(() => {
+      if (this.#pending.get(keyId) === leasing) this.#pending.delete(keyId);
+    });
+  }
+
+  /**
+   * A lease's time is up (or its key's leases are dropped): what it did not spend goes back, and
+   * the next lease asks for what this one spent, at least one token.
+   */
+  #lapse(keyId: string, leases: KeyLeases, lease: Lease): void {
+    lease.cancel();
+    if (lease.tokens <= 0) return;
+    const back = this.#unspent(leases.plan, lease, this.#clock.now());
+    leases.want = Math.max(1, lease.taken - lease.tokens);
+    lease.tokens = 0;
+    if (back > 0) void this.#giveBack(keyId, leases.plan, back, false);
+  }
+
+  #lapseAll(keyId: string, leases: KeyLeases): void {
+    for (let lease = leases.lease; lease !== undefined; lease = lease.next) this.#lapse(keyId, leases, lease);
+    leases.lease = undefined;
+  }
+
+  /**
+   * Tokens of `lease` to give back at `now`: unspent, less the bucket's refill since it was taken,
+   * in fractions as the bucket counts them, so nothing is lost to rounding.
+   */
+  #unspent(plan: Plan, lease: Lease, now: number): number {
+    lease.cancel();
+    return Math.max(0, lease.tokens - (plan.refillPerSecond * Math.max(0, now - lease.takenAt)) / 1000);
+  }
+
+  #giveBack(keyId: string, plan: Plan, tokens: number, leaving: boolean): Promise<void> {
+    const breaker = this.#breakers.for(this.#redis.redisKey(keyId));
+    if (!breaker.allow()) return Promise.resolve();
+    return this.#redis.giveBack(keyId, plan, tokens, this.#instance, leaving).then(
+      () => breaker.success(),
       () => breaker.failure(),
     );
-    this.#pending.set(keyId, leasing);
-    void leasing.finally(() => this.#pending.delete(keyId));
   }
 }

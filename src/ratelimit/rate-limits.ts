@@ -3,6 +3,7 @@ import type { Clock } from '../clock.js';
 import type { AuthConfig, Config, RateLimitPlan } from '../config/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { RedisConnection } from '../redis/guarded-redis.js';
+import type { Timers } from '../timers.js';
 import { InsuredLimiter } from './insured-limiter.js';
 import { LeasedLimiter } from './leased-limiter.js';
 import { MemoryLimiter } from './memory-limiter.js';
@@ -28,6 +29,7 @@ export class RateLimits {
   /** The verification bucket's plan, per (frozen) `auth` section. */
   readonly #verification = new WeakMap<AuthConfig, Plan>();
   readonly #limiter: BucketLimiter;
+  readonly #shared: InsuredLimiter | undefined;
   /** `server.*` takes a restart, so the dialects of the first config hold for every plan. */
   readonly #headers: Parameters<typeof compilePlan>[2];
 
@@ -35,16 +37,24 @@ export class RateLimits {
    * `redis`: the connection of `rate_limits_redis`, else of `cache.redis` (the composition root
    * decides, opens and closes it); absent: the buckets live in this instance's memory.
    */
-  constructor(config: Config, deps: { clock: Clock; logger: Logger; redis?: RedisConnection }) {
+  constructor(config: Config, deps: { clock: Clock; timers: Timers; logger: Logger; redis?: RedisConnection }) {
     this.#headers = { dialects: config.server.rate_limit_headers, clock: deps.clock };
     const memory = new MemoryLimiter(deps.clock);
     if (deps.redis === undefined) {
       this.#limiter = memory;
+      this.#shared = undefined;
       return;
     }
     const { settings, guard } = deps.redis;
-    const shared = new RedisLimiter(guard.client, { prefix: settings.prefix, commandTimeoutMs: settings.command_timeout_ms });
-    this.#limiter = new InsuredLimiter(new LeasedLimiter(shared, deps.clock, guard.breakers), memory, guard.breakers, deps.logger);
+    const redis = new RedisLimiter(guard.client, { prefix: settings.prefix, commandTimeoutMs: settings.command_timeout_ms });
+    const leased = new LeasedLimiter(redis, { clock: deps.clock, timers: deps.timers, breakers: guard.breakers });
+    this.#shared = new InsuredLimiter(leased, memory, guard.breakers, deps.logger);
+    this.#limiter = this.#shared;
+  }
+
+  /** Before the Redis connection closes: leased tokens not spent go back to the shared buckets. */
+  close(): Promise<void> {
+    return this.#shared?.close() ?? Promise.resolve();
   }
 
   /**

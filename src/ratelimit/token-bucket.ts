@@ -15,8 +15,9 @@ export interface Plan {
   readonly costOfHit: 0 | 1;
   readonly policyHeader: string;
   /**
-   * Tokens an instance takes from the shared bucket at once and spends locally, so that most
-   * requests need no Redis round trip; 1 means no leasing (every request asks Redis).
+   * The most tokens an instance takes from the shared bucket at once and spends locally, so that
+   * most requests need no Redis round trip (leased-limiter.ts sizes each lease within it); 1
+   * means no leasing (every request asks Redis).
    */
   readonly lease: number;
   /** Whether answers carry the IETF draft fields (`server.rate_limit_headers`). */
@@ -33,10 +34,9 @@ export interface Plan {
 const BASE_LEASE = 100;
 
 /**
- * Tokens one instance takes from the shared bucket at once: a tenth of the bucket at most, so
- * small plans, whose every token matters, are not leased at all; within that, `BASE_LEASE` or a
- * tenth of a second of refill, whichever is more. Up to `refill_per_second` tokens the lease
- * leaves the bound on running ahead, `max(lease, refill_per_second)`, where it was.
+ * The most tokens one instance takes from the shared bucket at once: a tenth of the bucket at
+ * most, so small plans, whose every token matters, are not leased at all; within that,
+ * `BASE_LEASE` or a tenth of a second of refill, whichever is more.
  */
 export function leaseSize(capacity: number, refillPerSecond: number): number {
   return Math.max(1, Math.min(Math.floor(capacity / 10), Math.max(BASE_LEASE, Math.floor(refillPerSecond / 10))));

@@ -56,7 +56,8 @@ export function sendError(
  * own cache keeps an entry exactly as long as perch would, never longer. With compression on,
  * every success also varies on `Accept-Encoding`, whether or not this body has variants yet: a
  * cache must not hand the identity answer to a miss to the next client as its gzip answer, nor
- * the reverse.
+ * the reverse. With it off, so does every answer of an entry that has variants all the same
+ * (`varyEncoding`: the caller knows).
  */
 export function pushCachePolicy(headers: HeaderList, status: number, maxAgeSeconds: number, varyEncoding = false): HeaderList {
   if (status >= 400) headers.push('cache-control', 'no-store');

@@ -120,8 +120,11 @@ export type UpstreamResult = (
  * logged as an error, never reported to the client as an invalid key. `bad_body` is a 2xx body
  * that is not JSON or is too large; `invalid_body` is JSON that fails the endpoint's schema, kept
  * apart because it usually means the provider changed its format, not that an exchange broke.
+ * `mapping_gap` is a body of the right format that this one answer cannot be mapped from (X
+ * left a tweet's author out of `includes`): the provider answered, so, like `forbidden`, it says
+ * nothing about its health.
  */
-export type UpstreamFailure = 'status_5xx' | 'connection' | 'bad_body' | 'invalid_body' | 'unauthorized' | 'forbidden' | 'unexpected_status';
+export type UpstreamFailure = 'status_5xx' | 'connection' | 'bad_body' | 'invalid_body' | 'mapping_gap' | 'unauthorized' | 'forbidden' | 'unexpected_status';
 
 /** One call down the layers of one upstream. Layers pass a modified copy, never mutate it. */
 export interface Attempt {

@@ -6,8 +6,8 @@ export type Verdict = 'failure' | 'success' | 'neutral';
 /**
  * Whether the provider itself is unwell, one rule for every layer that judges its health. A
  * 401/403 is a credential the pool takes out (or an endpoint it stops asking on it), a 429 a stop the guard honours, a refusal a call
- * never made, a timeout the miss deadline imposed a cut of the request's own time: none says
- * the upstream is down.
+ * never made, a timeout the miss deadline imposed a cut of the request's own time, a mapping gap
+ * one answer's missing piece: none says the upstream is down.
  */
 export function verdictOf(result: UpstreamResult): Verdict {
   switch (result.kind) {
@@ -19,7 +19,7 @@ export function verdictOf(result: UpstreamResult): Verdict {
       // The miss deadline cut the exchange short: the upstream never had its `timeout_ms`.
       return result.deadline === true ? 'neutral' : 'failure';
     case 'failed':
-      return result.failure === 'unauthorized' || result.failure === 'forbidden' ? 'neutral' : 'failure';
+      return result.failure === 'unauthorized' || result.failure === 'forbidden' || result.failure === 'mapping_gap' ? 'neutral' : 'failure';
     case 'rate_limited':
     case 'refused':
       return 'neutral';

@@ -9,7 +9,7 @@ import { mapTimeline } from './x-v2/map-timeline.js';
 import { mapTweet } from './x-v2/map-tweet.js';
 import { mapUser } from './x-v2/map-user.js';
 import { outcomeOf } from './x-v2/outcome.js';
-import { MappingError } from './x-v2/read.js';
+import { MappingError, MappingGap } from './x-v2/read.js';
 import { v2Request } from './x-v2/requests.js';
 
 /** Each endpoint's mapping from X's v2 body to the interface's v1 body. */
@@ -38,6 +38,13 @@ const X_USERNAME = /^[A-Za-z0-9_]{1,15}$/;
  * checked against the same schema as a `v1` provider's body, so a mapping bug or a change at X
  * is a 502 and a warning, never a malformed answer in the cache. Statuses, 429s (with
  * `x-rate-limit-reset`) and the usage cap's problem type are the shared HTTP protocol's.
+ *
+ * Every way a 200 can fail to be served, and whether it counts against X's health (the breaker
+ * and the throttle): a resource that is missing or not visible to the app (`resource-not-found`,
+ * `not-authorized-for-resource`) is `not_found`, an answer; a reference to what `includes` left
+ * out is `mapping_gap`, a 502 for that request that does not count; only errors of another type,
+ * a body not of the v2 shape and a mapped body not of the schema are `invalid_body`, which does,
+ * because they are what X answers when its format changed, on every request alike.
  */
 const X_V2_DIALECT: Dialect = {
   path: v2Request,
@@ -59,6 +66,7 @@ const X_V2_DIALECT: Dialect = {
       if (outcome.kind === 'errors') return failed('invalid_body', `status ${status} with errors and no data (${outcome.type})`, status);
       v1 = MAPPINGS[endpoint](parsed);
     } catch (error) {
+      if (error instanceof MappingGap) return failed('mapping_gap', `status ${status} with an X v2 ${endpoint} body that refers to what it left out: ${error.message}`, status);
       if (!(error instanceof MappingError)) throw error;
       return failed('invalid_body', `status ${status} with a body not of the X v2 ${endpoint} shape: ${error.message}`, status);
     }

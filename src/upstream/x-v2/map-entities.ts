@@ -29,10 +29,9 @@ export interface V1Media {
  * inclusive, end exclusive), so converting them to UTF-16 units would break every tweet with an
  * emoji before an entity. A URL entity with a `media_key` is the media's t.co link and, as in
  * v1.1, goes with the media rather than under `urls`. v2 `annotations` (end inclusive) have no v1
- * counterpart and are dropped.
+ * counterpart and are dropped. `at` names where `tweet.entities` came from, for a mapping error.
  */
-export function mapEntities(tweet: Json, media: ReadonlyMap<string, MediaItem>, path: string): V1Entities {
-  const at = `${path}/entities`;
+export function mapEntities(tweet: Json, media: ReadonlyMap<string, MediaItem>, path: string, at = `${path}/entities`): V1Entities {
   const entities = tweet.entities === undefined ? {} : object(tweet.entities, at);
   const each = <T>(key: string, map: (entity: Json, here: string) => T): T[] =>
     optionalList(entities[key], `${at}/${key}`).map((entity, i) => map(object(entity, `${at}/${key}/${i}`), `${at}/${key}/${i}`));

@@ -1,5 +1,6 @@
 import { nextToken } from './map-timeline.js';
-import { MappingError, object, optionalBoolean, optionalCount, optionalList, optionalString, string, type Json } from './read.js';
+import { fullText } from './map-tweet.js';
+import { MappingGap, object, optionalBoolean, optionalCount, optionalList, optionalString, string, type Json } from './read.js';
 import { REPLIES_SOURCE } from './replies-source.js';
 import { twitterDate } from './twitter-date.js';
 
@@ -44,12 +45,12 @@ export function mapReplies(body: unknown): V1RepliesPage {
 function v1Reply(tweet: Json, authors: ReadonlyMap<string, V1Reply['author']>, at: string): V1Reply {
   const authorId = string(tweet.author_id, `${at}/author_id`);
   const author = authors.get(authorId);
-  if (author === undefined) throw new MappingError(`/includes/users has no entry for ${at}/author_id`);
+  if (author === undefined) throw new MappingGap(`/includes/users has no entry for ${at}/author_id`);
   const metrics = object(tweet.public_metrics, `${at}/public_metrics`);
   const m = (key: string) => optionalCount(metrics[key], `${at}/public_metrics/${key}`);
   return {
     id: string(tweet.id, `${at}/id`),
-    text: string(tweet.text, `${at}/text`),
+    text: fullText(tweet, at).text,
     created_at: twitterDate(tweet.created_at, `${at}/created_at`),
     author,
     author_id: authorId,

@@ -1,5 +1,5 @@
 import { mapEntities, mediaByKey, type MediaItem, type V1Entities } from './map-entities.js';
-import { MappingError, object, optionalList, optionalCount, optionalString, string, type Json } from './read.js';
+import { MappingGap, object, optionalList, optionalCount, optionalString, string, type Json } from './read.js';
 import { twitterDate } from './twitter-date.js';
 
 /** The counts and text every v1 tweet carries, in a list entry's `legacy` and under `data`. */
@@ -32,7 +32,7 @@ export function mapTweet(body: unknown): V1TweetBody {
   const authorId = string(tweet.author_id, '/data/author_id');
   const users = optionalList(top.includes === undefined ? undefined : object(top.includes, '/includes').users, '/includes/users');
   const index = users.findIndex((u) => typeof u === 'object' && u !== null && (u as Json).id === authorId);
-  if (index < 0) throw new MappingError('/includes/users has no entry for /data/author_id');
+  if (index < 0) throw new MappingGap('/includes/users has no entry for /data/author_id');
   const author = object(users[index], `/includes/users/${index}`);
   const at = `/includes/users/${index}`;
   return {
@@ -50,19 +50,35 @@ export function mapTweet(body: unknown): V1TweetBody {
 
 /**
  * One v2 tweet at `path` to v1's fields: `text` becomes `full_text` as it is (X escapes `&`, `<`
- * and `>` in v2 as in v1.1), `like_count` becomes `favorite_count`.
+ * and `>` in v2 as in v1.1), `like_count` becomes `favorite_count`. A post longer than 280
+ * characters is cut in `text`; its whole text and the entities counted in it are `note_tweet`'s,
+ * which then replace both (see `fullText`).
  */
 export function legacyTweet(tweet: Json, media: ReadonlyMap<string, MediaItem>, path: string): V1LegacyTweet {
   const metrics = object(tweet.public_metrics, `${path}/public_metrics`);
   const m = (key: string) => optionalCount(metrics[key], `${path}/public_metrics/${key}`);
+  const { text, entities, entitiesAt } = fullText(tweet, path);
   return {
     created_at: twitterDate(tweet.created_at, `${path}/created_at`),
     id_str: string(tweet.id, `${path}/id`),
-    full_text: string(tweet.text, `${path}/text`),
+    full_text: text,
     favorite_count: m('like_count'),
     retweet_count: m('retweet_count'),
     reply_count: m('reply_count'),
     quote_count: m('quote_count'),
-    entities: mapEntities(tweet, media, path),
+    entities: mapEntities(entities, media, path, entitiesAt),
   };
+}
+
+/**
+ * The tweet's whole text and the object whose `entities` index into it (with the tweet's
+ * `attachments`): `note_tweet`'s when X sent one, else the tweet's own. The entities of the cut
+ * `text` index into a text the client never sees, so none of them is kept beside the note's;
+ * the media link among them goes too, while the media themselves stay (from `attachments`).
+ */
+export function fullText(tweet: Json, path: string): { readonly text: string; readonly entities: Json; readonly entitiesAt: string } {
+  if (tweet.note_tweet === undefined) return { text: string(tweet.text, `${path}/text`), entities: tweet, entitiesAt: `${path}/entities` };
+  const at = `${path}/note_tweet`;
+  const note = object(tweet.note_tweet, at);
+  return { text: string(note.text, `${at}/text`), entities: { entities: note.entities, attachments: tweet.attachments }, entitiesAt: `${at}/entities` };
 }

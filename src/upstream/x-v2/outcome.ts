@@ -3,7 +3,11 @@ import { MappingError, object } from './read.js';
 /**
  * What a 200 from X says before any mapping: the resource, or that it does not exist, or another
  * problem. X reports a missing user or tweet as 200 with only `errors`, and an empty listing as
- * `{"meta":{"result_count":0}}` with neither `data` nor `errors`.
+ * `{"meta":{"result_count":0}}` with neither `data` nor `errors`. A resource the app may not see
+ * (a protected account's tweets, timeline or following, a protected author's tweet) is also a 200
+ * with only `errors`, of type `not-authorized-for-resource`: to a client of the interface it does
+ * not exist either, and it is the same answer on every ask, so it is `not_found` (cached as a 404,
+ * never weighed against X's health).
  */
 export type Outcome =
   | { readonly kind: 'data' }
@@ -13,6 +17,9 @@ export type Outcome =
 
 /** X's problem types are URLs under /2/problems/; only those are safe to repeat in a log. */
 const PROBLEM_TYPE = /^https:\/\/api\.(?:twitter|x)\.com\/2\/problems\/[a-z-]{1,64}$/;
+
+/** The problem types that say "this resource is not there for this app". */
+const NOT_VISIBLE = /\/problems\/(?:resource-not-found|not-authorized-for-resource)$/;
 
 /**
  * `listing`: the endpoint pages through a list, where no `data` is an empty page; for a single
@@ -28,7 +35,7 @@ export function outcomeOf(body: unknown, listing: boolean): Outcome {
   }
   // A suspended account answers title "Forbidden" with the resource-not-found type: to a
   // client of the interface it does not exist either.
-  if (errors.some((e) => e.title === 'Not Found Error' || (typeof e.type === 'string' && e.type.endsWith('/problems/resource-not-found')))) {
+  if (errors.some((e) => e.title === 'Not Found Error' || (typeof e.type === 'string' && NOT_VISIBLE.test(e.type)))) {
     return { kind: 'not_found' };
   }
   const type = errors[0]!.type;

@@ -6,7 +6,16 @@
 
 /** A v2 body that lacks what the v1 shape needs. */
 export class MappingError extends Error {
-  override readonly name = 'MappingError';
+  override readonly name: string = 'MappingError';
+}
+
+/**
+ * A body of the right shape that refers to an object X left out of `includes` (a tweet whose
+ * author it did not expand, e.g. one withheld or protected since): a gap in this one answer,
+ * not X failing or changing its format, so it must not count against X's health.
+ */
+export class MappingGap extends MappingError {
+  override readonly name = 'MappingGap';
 }
 
 export type Json = Readonly<Record<string, unknown>>;

@@ -27,7 +27,7 @@ export const REPLIES_SOURCE: RepliesSource = {
       max_results: TIMELINE_PAGE,
       pagination_token: cursor,
       exclude: 'retweets',
-      'tweet.fields': 'author_id,conversation_id,created_at,in_reply_to_user_id,lang,possibly_sensitive,public_metrics',
+      'tweet.fields': 'author_id,conversation_id,created_at,in_reply_to_user_id,lang,note_tweet,possibly_sensitive,public_metrics',
       expansions: 'author_id',
       'user.fields': 'profile_image_url,verified',
     }),

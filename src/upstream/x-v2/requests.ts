@@ -4,8 +4,11 @@ import { REPLIES_SOURCE } from './replies-source.js';
 
 /** The user fields behind every field of the interface's user. */
 const USER_FIELDS = 'created_at,description,location,pinned_tweet_id,profile_image_url,profile_banner_url,protected,public_metrics,url,verified';
-/** What a tweet needs for v1's counts, text and entities (media come through the expansion). */
-const TWEET_FIELDS = 'attachments,created_at,entities,public_metrics';
+/**
+ * What a tweet needs for v1's counts, text and entities (media come through the expansion).
+ * `note_tweet` carries the whole text of a post longer than 280 characters, whose `text` X cuts.
+ */
+const TWEET_FIELDS = 'attachments,created_at,entities,note_tweet,public_metrics';
 const MEDIA_FIELDS = 'preview_image_url,type,url';
 /**
  * Tweets per page of a user's tweets. The interface gives that listing no count, X defaults to
