@@ -82,6 +82,7 @@ describe('parseConfig: defaults and valid files', () => {
       server: {
         host: '127.0.0.1',
         port: 8080,
+        reuse_port: false,
         shutdown_grace_ms: 10000,
         headers_timeout_ms: 10000,
         request_timeout_ms: 30000,

@@ -9,7 +9,7 @@ import { KEY, OTHER_KEY, waitFor } from './helpers/perch.js';
 import { freePort, runCli, spawnPerch, type PerchProcess } from './helpers/perch-process.js';
 import { startRedis } from './helpers/redis-server.js';
 import { tempDir } from './helpers/temp-dir.js';
-import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
+import { sampleProvider, startUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
 
 const T = { timeout: 60_000 };
 
@@ -73,6 +73,18 @@ function alive(pid: number): boolean {
   }
 }
 
+/** `perch --workers 2` on a free port, its limits and cache in a Redis of its own, once both listen. */
+async function twoWorkers(t: TestContext, behaviour: UpstreamBehaviour) {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, behaviour);
+  const port = await freePort();
+  const config = join(tempDir(t, 'perch-workers-'), 'perch.yaml');
+  writeFileSync(config, yaml(port, upstream.url, redis.url));
+  const perch = await spawnPerch(t, config, {}, ['--workers', '2']);
+  await waitFor(() => lines(perch).filter((l) => l.msg === 'perch listening').length === 2, 30_000);
+  return { perch, port, config, upstream, redis };
+}
+
 test('--workers takes a count from 1 to 1024 or auto, and goes with serving only', { timeout: 5000 }, () => {
   assert.deepEqual(parseCommand(['--config', 'p.yaml', '--workers', '3'], {}), { kind: 'serve', configPath: 'p.yaml', workers: 3 });
   assert.deepEqual(parseCommand(['--config', 'p.yaml'], {}), { kind: 'serve', configPath: 'p.yaml', workers: 1 });
@@ -107,13 +119,7 @@ test('--workers above 1 without Redis for the limits, or on port 0, is refused a
 });
 
 test('two workers on one port both answer, share the cache and a key\'s limit through Redis, reload together on SIGHUP, and drain together on SIGTERM', T, async (t) => {
-  const redis = await startRedis(t);
-  const upstream = await startUpstream(t, sampleProvider);
-  const port = await freePort();
-  const config = join(tempDir(t, 'perch-workers-'), 'perch.yaml');
-  writeFileSync(config, yaml(port, upstream.url, redis.url));
-  const perch = await spawnPerch(t, config, {}, ['--workers', '2']);
-  await waitFor(() => lines(perch).filter((l) => l.msg === 'perch listening').length === 2, 30_000);
+  const { perch, port, config, upstream, redis } = await twoWorkers(t, sampleProvider);
   const pids = workerPids(t, perch);
   assert.deepEqual([...pids.keys()].sort(), [1, 2]);
 
@@ -143,13 +149,7 @@ test('two workers on one port both answer, share the cache and a key\'s limit th
 });
 
 test('a worker that dies is started again, and the port keeps serving', T, async (t) => {
-  const redis = await startRedis(t);
-  const upstream = await startUpstream(t, sampleProvider);
-  const port = await freePort();
-  const config = join(tempDir(t, 'perch-workers-'), 'perch.yaml');
-  writeFileSync(config, yaml(port, upstream.url, redis.url));
-  const perch = await spawnPerch(t, config, {}, ['--workers', '2']);
-  await waitFor(() => lines(perch).filter((l) => l.msg === 'perch listening').length === 2, 30_000);
+  const { perch, port } = await twoWorkers(t, sampleProvider);
   const first = workerPids(t, perch).get(2)!;
   process.kill(first, 'SIGKILL');
   await waitFor(() => lines(perch).filter((l) => l.msg === 'perch listening').length === 3, 30_000);
@@ -163,15 +163,9 @@ test('a worker that dies is started again, and the port keeps serving', T, async
 });
 
 test("a terminal's Ctrl-C, which reaches the primary and every worker, stops each worker once: the request in flight is answered", T, async (t) => {
-  const redis = await startRedis(t);
   let release!: () => void;
   const held = new Promise<void>((resolve) => (release = resolve));
-  const upstream = await startUpstream(t, (req, res) => void held.then(() => sampleProvider(req, res)));
-  const port = await freePort();
-  const config = join(tempDir(t, 'perch-workers-'), 'perch.yaml');
-  writeFileSync(config, yaml(port, upstream.url, redis.url));
-  const perch = await spawnPerch(t, config, {}, ['--workers', '2']);
-  await waitFor(() => lines(perch).filter((l) => l.msg === 'perch listening').length === 2, 30_000);
+  const { perch, port, upstream } = await twoWorkers(t, (req, res) => void held.then(() => sampleProvider(req, res)));
   const pids = workerPids(t, perch);
   const answer = get(port, '/v1/users/1', KEY);
   await waitFor(() => upstream.requests.length === 1, 30_000);
