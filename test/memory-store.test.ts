@@ -85,7 +85,7 @@ test('every API request holds the memory tier\'s regions from its arrival until 
   await waitFor(() => grace.open === 0);
 });
 
-test('pipelined requests still queued when their client goes leave too (Node 20 never closes their responses)', T, async (t) => {
+test('pipelined requests still queued when their client goes leave too', T, async (t) => {
   const held: Array<() => void> = [];
   const upstream = await startUpstream(t, (req, res) => {
     held.push(() => sampleProvider(req, res));

@@ -19,8 +19,6 @@ interface Connection {
   readAtIdle: number;
   state: State;
   gone: boolean;
-  /** Tokens of this connection's requests in the cache's spans, not yet left. */
-  readonly spans: number[];
   /** TLS only: the peer address, the key of `#byPeer` (read once: it is gone after a close). */
   readonly peer?: string;
 }
@@ -88,18 +86,12 @@ export class ConnectionTracker {
       this.#forget(victim);
       victim.tcp.destroy();
     }
-    const connection: Connection = { tcp, http: tcp, inflight: 0, readAtIdle: 0, state: 'silent', gone: false, spans: [], ...(this.#tls ? { peer: peer(tcp) } : {}) };
+    const connection: Connection = { tcp, http: tcp, inflight: 0, readAtIdle: 0, state: 'silent', gone: false, ...(this.#tls ? { peer: peer(tcp) } : {}) };
     this.#all.add(connection);
     this.#silent.add(connection);
     (tcp as TrackedSocket)[CONNECTION] = connection;
     if (connection.peer !== undefined) this.#byPeer.set(connection.peer, connection);
-    tcp.once('close', () => {
-      this.#forget(connection);
-      // Node 20 never closes the responses still queued behind the current one when a pipelining
-      // client goes (Node 24 does): their requests leave here, once nothing can be written.
-      const spans = this.#spans;
-      if (spans !== undefined) for (const token of connection.spans.splice(0)) spans.leave(token);
-    });
+    tcp.once('close', () => this.#forget(connection));
   }
 
   /** TLS only: the handshake finished; `tls` is the socket requests will arrive on. */
@@ -127,16 +119,10 @@ export class ConnectionTracker {
     connection.inflight++;
     connection.req = req;
     connection.res = res;
-    if (spans !== undefined) connection.spans.push(token);
+    // Node closes every response of a connection that goes, those still queued behind the
+    // current one included, so the response's close is the one place a request leaves.
     res.once('close', () => {
-      if (spans !== undefined) {
-        const at = connection.spans.indexOf(token);
-        // Absent when the connection's close came first and left for it.
-        if (at !== -1) {
-          connection.spans.splice(at, 1);
-          spans.leave(token);
-        }
-      }
+      spans?.leave(token);
       this.#answered(connection);
     });
   }
