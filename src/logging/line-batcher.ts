@@ -30,6 +30,12 @@ export class LineBatcher {
   #writing = false;
   #dropped = 0;
   #timer: NodeJS.Timeout | undefined;
+  /**
+   * The next try of a write a full non-blocking pipe refused. Unref'd, as the batching timer is,
+   * until someone waits for the lines (a stop's flush): then the process must not end under them
+   * just because nothing else is left to run.
+   */
+  #retry: NodeJS.Timeout | undefined;
   #waiters: (() => void)[] = [];
 
   constructor(fd: number) {
@@ -71,7 +77,10 @@ export class LineBatcher {
       done?.();
       return;
     }
-    if (done !== undefined) this.#waiters.push(done);
+    if (done !== undefined) {
+      this.#waiters.push(done);
+      this.#retry?.ref();
+    }
     this.#start();
   }
 
@@ -136,7 +145,11 @@ export class LineBatcher {
         // A non-blocking pipe that is full: try again shortly. Anything else loses this batch,
         // said once on stderr, since the log itself is what failed.
         if ((error as NodeJS.ErrnoException).code === 'EAGAIN') {
-          setTimeout(() => this.#writeAll(buffers, batch), 10).unref();
+          this.#retry = setTimeout(() => {
+            this.#retry = undefined;
+            this.#writeAll(buffers, batch);
+          }, 10);
+          if (this.#waiters.length === 0) this.#retry.unref();
           return;
         }
         process.stderr.write(`perch: log write failed: ${error.message}\n`);
