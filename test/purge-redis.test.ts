@@ -193,14 +193,20 @@ async function missEverywhere(upstream: TestUpstream, perches: RunningPerch[]): 
     assert.deepEqual([res.status, res.headers.get('cache-status')], [502, 'perch; fwd=miss']);
   }
 }
+/** Two instances on one Redis, both subscribed and with the purge counters synced. */
+async function twoSynced(t: TestContext) {
+  const shared = await setup(t);
+  const [a, b] = [await shared.start(), await shared.start()];
+  await subscribers(shared.client, 2);
+  await synced([a, b]);
+  return { ...shared, a, b };
+}
+
 const TWEET = '/v1/tweets/9200001';
 const TWEET_SCOPE = { endpoint: 'tweet', tweet_id: '9200001' };
 
 test('after the counters hash is deleted, a purge answered 200 is a miss on the next GET on every instance', async (t) => {
-  const { upstream, client, start } = await setup(t);
-  const [a, b] = [await start(), await start()];
-  await subscribers(client, 2);
-  await synced([a, b]);
+  const { upstream, client, a, b } = await twoSynced(t);
   assert.equal((await purge(a, { all: true })).status, 200);
   await waitFor(applied(b, 'message'));
   await tweetInBoth(a, b);
@@ -214,10 +220,7 @@ test('after the counters hash is deleted, a purge answered 200 is a miss on the 
 });
 
 test('scope counters lost with the hash are restored before the next purge counts, so it is not a count the instances already hold', async (t) => {
-  const { upstream, client, start } = await setup(t);
-  const [a, b] = [await start(), await start()];
-  await subscribers(client, 2);
-  await synced([a, b]);
+  const { upstream, client, a, b } = await twoSynced(t);
   for (let i = 0; i < 2; i++) assert.equal((await purge(a, TWEET_SCOPE)).status, 200);
   await waitFor(() => b.logs.lines().filter((l) => l.msg === 'cache purge applied' && l.via === 'message').length === 2);
   await tweetInBoth(a, b);
@@ -229,10 +232,7 @@ test('scope counters lost with the hash are restored before the next purge count
 });
 
 test('a purge counted in a hash re-created below the instances\' counters is honoured by every instance, which write theirs back', async (t) => {
-  const { upstream, client, start } = await setup(t);
-  const [a, b] = [await start(), await start()];
-  await subscribers(client, 2);
-  await synced([a, b]);
+  const { upstream, client, a, b } = await twoSynced(t);
   assert.equal((await purge(a, { all: true })).status, 200);
   await waitFor(applied(b, 'message'));
   await tweetInBoth(a, b);
@@ -246,10 +246,7 @@ test('a purge counted in a hash re-created below the instances\' counters is hon
 });
 
 test('a reset message makes every instance write its counters back at once, without a reconnection', async (t) => {
-  const { client, start } = await setup(t);
-  const [a, b] = [await start(), await start()];
-  await subscribers(client, 2);
-  await synced([a, b]);
+  const { client, a, b } = await twoSynced(t);
   assert.equal((await purge(a, TWEET_SCOPE)).status, 200);
   await waitFor(applied(b, 'message'));
   await client.del('t:gen');
@@ -259,10 +256,7 @@ test('a reset message makes every instance write its counters back at once, with
 });
 
 test('an instance started on a Redis that lost the counters learns the purges from the others at once, and serves none of the purged entries Redis holds', async (t) => {
-  const { upstream, client, start } = await setup(t);
-  const [a, b] = [await start(), await start()];
-  await subscribers(client, 2);
-  await synced([a, b]);
+  const { upstream, client, start, a, b } = await twoSynced(t);
   // In Redis before the purge, so of an older generation than the purge's.
   assert.equal(await outcome(a, TWEET), 'miss');
   assert.equal((await purge(a, TWEET_SCOPE)).status, 200);
