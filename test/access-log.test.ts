@@ -20,6 +20,7 @@ const FIELDS: AccessFields = {
   upstream: null,
   upstream_ms: null,
   upstream_call: false,
+  batch: 3,
   ms: 0.12,
   key_id: 'alpha',
   remote: '127.0.0.1',

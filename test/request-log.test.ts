@@ -26,7 +26,7 @@ test('one access line per request with the documented fields', async (t) => {
   assert.equal(hit!.upstream_ms, null);
   assert.equal(hit!.upstream_call, false);
   // Exactly these fields, in this order: a field added by mistake (a key fragment, say) fails here.
-  const fields = ['level', 'time', 'service', 'req_id', 'method', 'path', 'route', 'status', 'cache', 'upstream', 'upstream_ms', 'upstream_call', 'ms', 'key_id', 'remote', 'user_agent', 'trace_id', 'span_id', 'msg'];
+  const fields = ['level', 'time', 'service', 'req_id', 'method', 'path', 'route', 'status', 'cache', 'upstream', 'upstream_ms', 'upstream_call', 'batch', 'ms', 'key_id', 'remote', 'user_agent', 'trace_id', 'span_id', 'msg'];
   assert.deepEqual(Object.keys(miss!), fields);
   assert.deepEqual(Object.keys(hit!), fields);
 });

@@ -29,6 +29,8 @@ export interface Exchange {
   upstreamMs?: number;
   /** This request's miss made a provider call: its key paid for it. */
   upstreamCall?: boolean;
+  /** The items of the batch call this request's miss rode in. */
+  batch?: number;
   /**
    * The key's provider-call budget now, when its plan has one: a second rate-limit policy, read
    * when the headers are written, so a miss's answer counts the call it made.
@@ -60,6 +62,7 @@ export function recorder(logger: Logger, metrics: PerchMetrics): (x: Exchange, s
       upstream: x.upstream ?? null,
       upstream_ms: x.upstreamMs === undefined ? null : round(x.upstreamMs),
       upstream_call: x.upstreamCall === true,
+      batch: x.batch ?? null,
       ms: round(ms),
       key_id: x.client?.id ?? null,
       remote: x.req.socket.remoteAddress ?? null,

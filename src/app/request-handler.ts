@@ -66,6 +66,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
       upstream: undefined,
       upstreamMs: undefined,
       upstreamCall: undefined,
+      batch: undefined,
       budget: undefined,
       trace: undefined,
     };
@@ -130,6 +131,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     x.upstream = served.upstream;
     x.upstreamMs = served.upstreamMs;
     x.upstreamCall = served.upstreamCall;
+    x.batch = served.batch;
     const own: HeaderList = served.ageSeconds === undefined ? ['cache-status', served.cacheStatus] : ['cache-status', served.cacheStatus, 'age', served.ageSeconds];
     const headers = base(x, own);
     const { compression } = deps.live.current.config.cache;

@@ -76,6 +76,8 @@ export interface Served {
   readonly upstreamMs?: number;
   /** This request's miss made a provider call: its key paid for it. */
   readonly upstreamCall?: boolean;
+  /** The items of the batch call the miss rode in (the flight's leader only). */
+  readonly batch?: number;
 }
 
 /**
@@ -91,6 +93,8 @@ interface Fetched extends UpstreamAnswer {
   readonly upstreamMs?: number;
   /** Whether the provider was really called for it (an exchange, not only refusals). */
   readonly called?: boolean;
+  /** The items of the batch call it rode in. */
+  readonly batch?: number;
   /** What the answer was stored as; absent when it was not stored. */
   readonly entry?: CacheEntry;
   /** Resolves when the variants are made and Redis has the entry (or gave up). */
@@ -172,7 +176,7 @@ export class ReadThrough {
       maxAgeSeconds: fetched.stored ? config.cache.ttl_seconds[request.endpoint] : (shared?.maxAgeSeconds ?? 0),
       ...(fetched.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: fetched.retryAfterSeconds }),
       ...(fetched.upstream === undefined ? {} : { upstream: fetched.upstream }),
-      ...(flight.leader ? { upstreamMs: fetched.upstreamMs, upstreamCall: fetched.called === true } : {}),
+      ...(flight.leader ? { upstreamMs: fetched.upstreamMs, upstreamCall: fetched.called === true, ...(fetched.batch === undefined ? {} : { batch: fetched.batch }) } : {}),
     };
   }
 
@@ -302,7 +306,7 @@ export class ReadThrough {
     // Before the fetch: a purge observed while it runs must keep its response out of the cache.
     const stamp = cache.generations.stamp(request.path);
     const { result, upstream, ms, called, payerRefused } = await upstreams.fetch(request, client && { id: client.id, key: client.key }, payer, trace);
-    const via = { upstream, upstreamMs: ms, called };
+    const via = { upstream, upstreamMs: ms, called, ...(result.batched === undefined ? {} : { batch: result.batched.size }) };
     if (client !== undefined) verifier?.judge(client, result);
     // The pool logs a rejected credential and a stop once; every request they turn away need not be.
     if (result.kind === 'failed' && result.failure !== 'unauthorized') {

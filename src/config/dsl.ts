@@ -87,6 +87,8 @@ export interface ObjNode<P extends Props = Props> extends Documented {
   readonly missing?: string;
   /** The hint for an unknown key, in place of "did you mean". */
   readonly unknown?: string;
+  /** Keys of another branch of the same `kinds`, each with why this branch takes none. */
+  readonly foreign?: Readonly<Record<string, string>>;
 }
 
 /** A mapping whose keys are the operator's choice (`<plan>`, `<name>`) or the endpoint names. */

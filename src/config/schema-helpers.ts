@@ -57,9 +57,15 @@ export function checkKeys(
   path: string,
   known: readonly string[],
   listing?: string,
+  foreign?: Readonly<Record<string, string>>,
 ): void {
   for (const key of Object.keys(obj)) {
     if (known.includes(key)) continue;
+    const elsewhere = foreign?.[key];
+    if (elsewhere !== undefined) {
+      problems.add(childPath(path, key), elsewhere);
+      continue;
+    }
     const hint = listing ?? didYouMean(key, known);
     problems.add(childPath(path, key), hint === undefined ? 'unknown key' : `unknown key (${hint})`);
   }

@@ -57,6 +57,20 @@ const throttle = obj(
   { doc: 'adaptive throttling (Google SRE book, "Handling Overload"), for a provider that fails part of its calls', section: true },
 );
 
+const batch = obj(
+  {
+    enabled: bool({ default: true, doc: 'send the misses of `user`, `user_by_username` and `tweet` that wait for X at the same time as one batch lookup (`/2/users?ids=`, `/2/users/by?usernames=`, `/2/tweets?ids=`); `false`: one call per miss' }),
+    max_items: int({ min: 1, max: 100, default: 100, doc: 'items in one batch call, 1-100 (X takes at most 100)' }),
+    window_ms: int({
+      min: 0,
+      max: 50,
+      default: 0,
+      doc: 'how long a miss that finds no call to share waits for company, 0-50; 0: it goes at the end of the current turn of the event loop, as without batching (misses waiting under the cap share calls whatever this says)',
+    }),
+  },
+  { doc: 'batch lookups (see [Batch lookups](upstreams.md#batch-lookups))', section: true },
+);
+
 const cooldownScope = (fallback: 'upstream' | 'endpoint', doc: string, readme?: string) =>
   str({ enum: ['upstream', 'endpoint'] as const, default: fallback, expected: '"upstream" or "endpoint"', doc, ...(readme === undefined ? {} : { readme }) });
 
@@ -163,7 +177,10 @@ const v1 = obj(
     propagate_trace: bool({ default: true, doc: 'send `traceparent` and `tracestate` with each call, so the provider\'s own spans join the trace (see [Tracing](observability.md#tracing))' }),
     ...HTTP,
   },
-  { doc: 'an HTTP provider that speaks this same interface' },
+  {
+    doc: 'an HTTP provider that speaks this same interface',
+    foreign: { batch: 'batch lookups are the X API v2\'s (/2/users?ids=, /2/tweets?ids=): only an x_v2 upstream takes batch' },
+  },
 );
 
 const xV2 = obj(
@@ -200,6 +217,7 @@ const xV2 = obj(
       'endpoint',
       "what an X 429 stops: that credential's calls to that endpoint, since X's windows are per endpoint and per token (`upstream`: all its endpoints)",
     ),
+    batch,
     propagate_trace: bool({ default: false, doc: 'send `traceparent` and `tracestate` to X; off by default, so perch never hands its trace ids to a third party unless asked (see [Tracing](observability.md#tracing))' }),
     ...HTTP,
   },
@@ -240,3 +258,4 @@ export type ProviderProtectionConfig = Omit<
 export type QuotaConfig = Infer<typeof quota>;
 export type BreakerConfig = Infer<typeof breaker>;
 export type ThrottleConfig = Infer<typeof throttle>;
+export type BatchConfig = Infer<typeof batch>;

@@ -32,6 +32,7 @@ export type {
   TlsConfig,
 } from './schema.js';
 export type {
+  BatchConfig,
   BreakerConfig,
   CredentialConfig,
   FixtureUpstreamConfig,

@@ -108,7 +108,7 @@ export function walk(node: AnyNode, raw: unknown, path: string, problems: Proble
 
 /** The keys of a mapping: unknown ones reported, each known one checked or defaulted. */
 function walkProps(node: ObjNode, raw: Record<string, unknown>, path: string, problems: Problems): Record<string, unknown> {
-  checkKeys(problems, raw, path, Object.keys(node.props), node.unknown);
+  checkKeys(problems, raw, path, Object.keys(node.props), node.unknown, node.foreign);
   const out: Record<string, unknown> = {};
   for (const [key, child] of Object.entries(node.props)) {
     const value = field(raw, key);

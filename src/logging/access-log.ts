@@ -17,6 +17,8 @@ export interface AccessFields {
   readonly upstream_ms: number | null;
   /** Whether this request's miss made a provider call (its key paid for it). */
   readonly upstream_call: boolean;
+  /** The items of the batch call this request's miss rode in; null: a call of its own, or none. */
+  readonly batch: number | null;
   readonly ms: number;
   /** A configured key id (`[A-Za-z0-9_.-]`) or `client:` and hex digits: written without escaping. */
   readonly key_id: string | null;
@@ -50,7 +52,7 @@ export function createAccessLog(logger: Logger): (fields: AccessFields) => void 
   return (f) => {
     if (!logger.isLevelEnabled('info')) return;
     stream.write(
-      `${levelPrefix}${time()}${bindings},"req_id":"${f.req_id}","method":${raw(f.method ?? null)},"path":${str(f.path)},"route":${raw(f.route)},"status":${f.status},"cache":"${f.cache}","upstream":${str(f.upstream)},"upstream_ms":${f.upstream_ms},"upstream_call":${f.upstream_call},"ms":${f.ms},"key_id":${raw(f.key_id)},"remote":${raw(f.remote)},"user_agent":${str(f.user_agent)},"trace_id":${raw(f.trace_id)},"span_id":${raw(f.span_id)},"msg":"request"${end}`,
+      `${levelPrefix}${time()}${bindings},"req_id":"${f.req_id}","method":${raw(f.method ?? null)},"path":${str(f.path)},"route":${raw(f.route)},"status":${f.status},"cache":"${f.cache}","upstream":${str(f.upstream)},"upstream_ms":${f.upstream_ms},"upstream_call":${f.upstream_call},"batch":${f.batch},"ms":${f.ms},"key_id":${raw(f.key_id)},"remote":${raw(f.remote)},"user_agent":${str(f.user_agent)},"trace_id":${raw(f.trace_id)},"span_id":${raw(f.span_id)},"msg":"request"${end}`,
     );
   };
 }

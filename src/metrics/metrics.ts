@@ -21,6 +21,8 @@ const BREAKER_STATES: readonly BreakerState[] = ['closed', 'open', 'half_open'];
 
 /** Seconds, because Prometheus base units are seconds; buckets span a cache hit to a timeout. */
 const DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+/** Items per batch call: X takes at most 100. */
+const BATCH_BUCKETS = [2, 5, 10, 20, 50, 100];
 
 /**
  * Every perch metric, in a registry owned by one perch instance (never prom-client's global
@@ -37,6 +39,7 @@ export class PerchMetrics implements UpstreamEvents {
   readonly #keyRequests: FastCounter;
   readonly #keySaved: FastCounter;
   readonly #keyCalls: Counter;
+  readonly #batchSize: Histogram;
   readonly #keySpend: Counter;
   readonly #requestDuration: FastHistogram;
   readonly #upstreamRequests: Counter;
@@ -85,7 +88,7 @@ export class PerchMetrics implements UpstreamEvents {
     );
     this.#keySaved = new FastCounter(
       'perch_key_upstream_calls_saved_total',
-      "Provider calls a client key's requests did not need, by key id and reason: answered from the cache (hit), by a 304 to the client's own copy (revalidated), from a retained stale entry (stale), or by another request's call (coalesced).",
+      "Provider calls a client key's requests did not need, by key id and reason: answered from the cache (hit), by a 304 to the client's own copy (revalidated), from a retained stale entry (stale), by another request's call (coalesced), or in a seat of another key's batch call (batched).",
       ['key_id', 'reason'],
       this.registry,
     );
@@ -160,8 +163,15 @@ export class PerchMetrics implements UpstreamEvents {
     });
     this.#keyCalls = new Counter({
       name: 'perch_key_upstream_calls_total',
-      help: "Provider calls a client key's misses made (retries and failover attempts included), by key id and upstream.",
+      help: "Provider calls a client key's misses made (retries and failover attempts included), and items of batch calls they rode in (one per miss, as X bills), by key id and upstream.",
       labelNames: ['key_id', 'upstream'],
+      registers,
+    });
+    this.#batchSize = new Histogram({
+      name: 'perch_upstream_batch_size',
+      help: 'Items per batch call (x_v2 batch lookups of two items or more), by upstream and endpoint.',
+      labelNames: ['upstream', 'route'],
+      buckets: BATCH_BUCKETS,
       registers,
     });
     this.#keySpend = new Counter({
@@ -392,6 +402,14 @@ export class PerchMetrics implements UpstreamEvents {
     if (keyId === '') return;
     this.#counter(this.#keyCalls, `kc|${keyId}|${upstream}`, { key_id: keyId, upstream }).inc();
     if (price !== undefined) this.#counter(this.#keySpend, `ks|${keyId}|${upstream}`, { key_id: keyId, upstream }).inc(price);
+  }
+
+  batched(upstream: string, route: EndpointName, keyIds: readonly string[], price: number | undefined): void {
+    this.#histogram(this.#batchSize, `bs|${upstream}|${route}`, { upstream, route }).observe(keyIds.length);
+    for (const keyId of keyIds.slice(1)) {
+      this.called(upstream, keyId, price);
+      if (keyId !== '') this.#keySaved.inc(keyId, 'batched');
+    }
   }
 
   queued(upstream: string, seconds: number): void {

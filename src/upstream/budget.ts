@@ -3,7 +3,7 @@ import type { BudgetBook } from './budget-book.js';
 import { budgetWindow } from './budget-window.js';
 import type { UpstreamEvents } from './events.js';
 import type { ProviderState, SpendQuery } from './guard/provider-state.js';
-import { secondsUntil, type Layer } from './upstream.js';
+import { secondsUntil, type Attempt, type Layer } from './upstream.js';
 
 export interface BudgetOptions {
   readonly upstream: string;
@@ -12,6 +12,8 @@ export interface BudgetOptions {
   readonly events: UpstreamEvents;
   /** Told every key's count as the store answers it, for the answers' headers and the metrics. */
   readonly book?: BudgetBook;
+  /** The attempts this layer charges; absent: every one whose payer has a budget. */
+  readonly charges?: (attempt: Attempt) => boolean;
 }
 
 /**
@@ -35,7 +37,7 @@ export function createBudget(options: BudgetOptions): Layer {
 
   return (next) => async (attempt) => {
     const budget = attempt.payer?.budget;
-    if (budget === undefined) return next(attempt);
+    if (budget === undefined || options.charges?.(attempt) === false) return next(attempt);
     const { startMs, endMs } = budgetWindow(budget.window, clock.now());
     const memo = `${attempt.payer!.id}\n${startMs}\n${budget.limit}`;
     if (spent.has(memo)) return refuse(attempt.request.endpoint, endMs);

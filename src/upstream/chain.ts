@@ -3,6 +3,7 @@ import type { Clock } from '../clock.js';
 import type { UpstreamConfig } from '../config/types.js';
 import type { Logger } from '../logging/logger.js';
 import type { Timers } from '../timers.js';
+import { createBatching, isBatchable } from './batch.js';
 import { createBreaker } from './breaker.js';
 import { createBudget } from './budget.js';
 import type { BudgetBook } from './budget-book.js';
@@ -16,7 +17,7 @@ import { answerKnown } from './known-answer.js';
 import { createRetry } from './retry.js';
 import { createThrottle } from './throttle.js';
 import { traceAttempts } from './trace-attempt.js';
-import { compose, type Call } from './upstream.js';
+import { compose, type Call, type Layer } from './upstream.js';
 import { createV1Upstream } from './v1-upstream.js';
 import { createXV2Upstream } from './x-v2-upstream.js';
 
@@ -53,15 +54,17 @@ export interface ChainOptions {
 
 /**
  * The layers of an upstream, outermost first: known answers -> client key (pass-through auth
- * only) -> breaker -> throttle -> retry -> credential pool -> budget -> guard -> attempt span ->
- * the provider's dialect (`v1` or `x_v2`: the layers are the same). The guard sits closest to the
- * wire because every real call, retries and credential switches included, must pass the cap and
- * the provider's stops; the budget sits on it so that every real call, and only a real call,
- * counts against the paying key's `provider_calls`. A request the provider cannot match is
- * answered above everything, as it is no call at all. The breaker sits next so that an upstream
- * known to be down costs nothing, and the throttle under it so that its probe is never shed, and
- * above the retries so that a shed request is not retried. The fixture needs none of it: it is
- * code in this process, with no account to protect.
+ * only) -> (x_v2 batch lookups: each miss's budget -> batching) -> breaker -> throttle -> retry
+ * -> credential pool -> budget -> guard -> attempt span -> the provider's dialect (`v1` or
+ * `x_v2`: the layers are the same). The guard sits closest to the wire because every real call,
+ * retries and credential switches included, must pass the cap and the provider's stops; the
+ * budget sits on it so that every real call, and only a real call, counts against the paying
+ * key's `provider_calls`. A request the provider cannot match is answered above everything, as
+ * it is no call at all. Batching sits above every guard, so that a batch call is one call to
+ * each of them: one verdict, one retry, one place under the cap. The breaker sits next so that
+ * an upstream known to be down costs nothing, and the throttle under it so that its probe is
+ * never shed, and above the retries so that a shed request is not retried. The fixture needs
+ * none of it: it is code in this process, with no account to protect.
  */
 export function buildUpstream(name: string, config: UpstreamConfig, options: ChainOptions): BuiltUpstream {
   if (config.kind === 'fixture') {
@@ -98,7 +101,31 @@ export function buildUpstream(name: string, config: UpstreamConfig, options: Cha
   for (const credential of config.credentials) events.credentialState(name, credential.id, 'active');
   events.breakerState(name, 'closed');
   const guard = createGuard({ upstream: name, config, state, clock, timers, events });
-  const call = compose([answerKnown(provider.known), forwardClientKey(config.kind), breaker.layer, throttle.layer, createRetry({ upstream: name, config, clock, timers, events }), pool.layer, createBudget({ upstream: name, state, clock, events, book: options.budgets }), guard.layer, traceAttempts({ upstream: name, url: config.url, propagate: config.propagate_trace })], provider.call);
+  const budget = { upstream: name, state, clock, events, book: options.budgets };
+  const batching = config.kind === 'x_v2' && config.batch.enabled;
+  // Batched misses are charged one each above the batch layer, as X bills them (per item read,
+  // retries of the call billing nothing more); the call carries no budget down (batch.ts).
+  const batched: Layer[] = batching
+    ? [
+        createBudget({ ...budget, charges: isBatchable }),
+        createBatching({ upstream: name, config: config.batch, queueTimeoutMs: config.queue_timeout_ms, price: config.price_per_call, timers, events }),
+      ]
+    : [];
+  const call = compose(
+    [
+      answerKnown(provider.known),
+      forwardClientKey(config.kind),
+      ...batched,
+      breaker.layer,
+      throttle.layer,
+      createRetry({ upstream: name, config, clock, timers, events }),
+      pool.layer,
+      createBudget(budget),
+      guard.layer,
+      traceAttempts({ upstream: name, url: config.url, propagate: config.propagate_trace }),
+    ],
+    provider.call,
+  );
 
   function status(): UpstreamStatus {
     const credentials = pool.standing();

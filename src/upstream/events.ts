@@ -26,6 +26,12 @@ export interface UpstreamEvents {
    * perch's own), and what the upstream's `price_per_call` says it costs (absent: no price).
    */
   called(upstream: string, keyId: string, price: number | undefined): void;
+  /**
+   * One batch call on the wire, of `keyIds.length` items (their keys' metrics labels, `''` for
+   * perch's own; the lead's first): its size, and for each item that rode along (all but the
+   * lead, whose call the guard reported as `called`) a call saved and an item billed at `price`.
+   */
+  batched(upstream: string, route: EndpointName, keyIds: readonly string[], price: number | undefined): void;
   /** A call that waited in the cap's queue, for how long (admitted or not). */
   queued(upstream: string, seconds: number): void;
   /** A credential changed standing. */
@@ -44,6 +50,7 @@ export interface UpstreamEvents {
 export const NO_EVENTS: UpstreamEvents = {
   refused: () => {},
   called: () => {},
+  batched: () => {},
   queued: () => {},
   credentialState: () => {},
   credentialRecheck: () => {},

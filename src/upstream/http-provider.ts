@@ -41,6 +41,12 @@ export interface Dialect {
   readonly forbidsEndpoint?: readonly number[];
   /** A 2xx body that parsed as JSON, to a result; `raw` is the exact bytes received. */
   success(request: EndpointRequest, parsed: unknown, raw: Buffer, status: number): UpstreamResult;
+  /** Batch lookups (batch.ts): one call for several requests of one endpoint. Absent: the dialect has none. */
+  readonly batch?: {
+    path(requests: readonly EndpointRequest[]): string;
+    /** A 2xx body to the call's result, carrying each item's own in `items`, in the order of `requests`. */
+    success(requests: readonly EndpointRequest[], parsed: unknown, status: number): UpstreamResult;
+  };
 }
 
 /** Enough of a 429 body to read a problem `type`; the rest is never read. */
@@ -60,8 +66,12 @@ export function createHttpProvider(name: string, config: V1UpstreamConfig | XV2U
   const headersFor = new Map(config.credentials.map((c) => [c.id, { ...base, ...lowercaseKeys(c.headers) }]));
 
   async function call(attempt: Attempt): Promise<UpstreamResult> {
-    const { request, credential } = attempt;
-    const left = Math.max(1, msLeft(attempt.deadline));
+    const { credential } = attempt;
+    // A batch call chooses its items now, on the wire; one item is the single lookup.
+    const sealed = attempt.batch?.seal();
+    const requests = sealed !== undefined && sealed.requests.length > 1 && dialect.batch !== undefined ? sealed.requests : undefined;
+    const request = sealed?.requests[0] ?? attempt.request;
+    const left = Math.max(1, msLeft(sealed === undefined ? attempt.deadline : Math.min(attempt.deadline, sealed.deadline)));
     const timeoutMs = Math.min(config.timeout_ms, left);
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), timeoutMs);
@@ -69,10 +79,11 @@ export function createHttpProvider(name: string, config: V1UpstreamConfig | XV2U
     const own = credential === undefined ? base : (headersFor.get(credential.id) ?? { ...base, ...credential.headers });
     const headers = attempt.traceHeaders === undefined ? own : { ...own, ...attempt.traceHeaders };
     try {
-      const response = await dispatcher.request({ origin, path: dialect.path(request), method: 'GET', headers, signal: abort.signal });
+      const path = requests === undefined ? dialect.path(request) : dialect.batch!.path(requests);
+      const response = await dispatcher.request({ origin, path, method: 'GET', headers, signal: abort.signal });
       const now = options.clock.now();
       const limit = providerLimit(response.headers, now);
-      const result = await classify(request, response, config, dialect, now);
+      const result = await classify(request, response, config, dialect, now, requests);
       return limit === undefined ? result : { ...result, limit };
     } catch (error) {
       if (abort.signal.aborted) {
@@ -94,6 +105,7 @@ async function classify(
   config: V1UpstreamConfig | XV2UpstreamConfig,
   dialect: Dialect,
   now: number,
+  batch: readonly EndpointRequest[] | undefined,
 ): Promise<UpstreamResult> {
   const { statusCode, headers } = response;
   if (statusCode >= 200 && statusCode < 300) {
@@ -107,7 +119,7 @@ async function classify(
     } catch {
       return failed('bad_body', `status ${statusCode} with a body that is not JSON`, statusCode);
     }
-    return dialect.success(request, parsed, body, statusCode);
+    return batch === undefined ? dialect.success(request, parsed, body, statusCode) : dialect.batch!.success(batch, parsed, statusCode);
   }
   const retryAfter = header(headers['retry-after']);
   // The one error body perch reads, and only for its problem type: X answers a spent monthly
@@ -123,10 +135,14 @@ async function classify(
   }
   // Error bodies are never forwarded, and never read beyond that peek at a problem type.
   await response.body.dump().catch(() => undefined);
-  if (statusCode === 404) return { kind: 'not_found' };
+  // A batch lookup is never "not found" as a whole: that would be every item's answer.
+  if (statusCode === 404 && batch === undefined) return { kind: 'not_found' };
   // perch validated every parameter but the opaque cursor, so a 400 on a request with a cursor
   // is the client's cursor; without one it is a disagreement between perch and the provider.
+  // A batch's 400 is one of its items (X fails the whole call for one it cannot take): the batch
+  // layer splits the call until that item is alone.
   if (statusCode === 400 && request.cursor !== undefined) return { kind: 'bad_request', reason: 'status 400 on a cursor' };
+  if (statusCode === 400 && batch !== undefined) return { kind: 'bad_request', reason: `status 400 on a batch of ${batch.length}` };
   if (dialect.rejectsCredential.includes(statusCode)) return failed('unauthorized', `status ${statusCode}: the provider rejected the credential`, statusCode);
   if (dialect.forbidsEndpoint?.includes(statusCode)) return failed('forbidden', `status ${statusCode}: the provider does not serve this endpoint to the credential`, statusCode);
   if (statusCode >= 500) return failed('status_5xx', `status ${statusCode}`, statusCode);

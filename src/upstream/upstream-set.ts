@@ -107,7 +107,8 @@ export class UpstreamSet {
         called ||= exchanged;
         payerRefused ||= result.kind === 'refused' && isPayerRefusal(result.reason);
         const routed = { result, upstream: name, ms: performance.now() - started, called, payerRefused };
-        if (exchanged) this.#metrics?.upstream(name, request.endpoint, result, routed.ms / 1000);
+        // A batch call is one exchange, counted with its lead item's answer.
+        if (exchanged && result.batched?.lead !== false) this.#metrics?.upstream(name, request.endpoint, result, routed.ms / 1000);
         decided = better(decided, routed);
         // A client's key the provider rejected is the client's answer: the next upstream would not
         // take it either, and trying costs a call.

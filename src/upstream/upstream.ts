@@ -110,7 +110,21 @@ export type UpstreamResult = (
   | { readonly kind: 'timeout'; readonly reason: string; readonly deadline?: true }
   /** perch made no call: see `RefusalReason`. `retryAfterSeconds` is whole seconds, at least 1. */
   | { readonly kind: 'refused'; readonly reason: RefusalReason; readonly retryAfterSeconds: number }
-) & { readonly credential?: string; readonly limit?: ProviderLimit };
+) & {
+  readonly credential?: string;
+  readonly limit?: ProviderLimit;
+  /**
+   * A batch call (`Attempt.batch` sealed with two items or more) that the provider answered as a
+   * whole: each item's own result, in the order of `SealedBatch.requests`. Only the batch layer
+   * reads it; every layer between sees the call's result, one call.
+   */
+  readonly items?: readonly UpstreamResult[];
+  /**
+   * The item's miss rode in a batch call of this many items; `lead` is the one item whose call
+   * it was (its key's turn under the cap), the others rode along. Absent: a call of its own.
+   */
+  readonly batched?: { readonly size: number; readonly lead: boolean };
+};
 
 /**
  * Why an upstream exchange failed, a closed set so logs and metrics can count them.
@@ -155,6 +169,25 @@ export interface Attempt {
   readonly retry?: number;
   /** `traceparent` and `tracestate` for the provider, when its upstream propagates the trace. */
   readonly traceHeaders?: Readonly<Record<string, string>>;
+  /**
+   * A call the batch layer (batch.ts) sends for the misses of one endpoint: `request` is its lead
+   * item's, and the provider asks `seal()`, when the call goes on the wire, which items it
+   * carries. Every layer between treats it as the one call it is.
+   */
+  readonly batch?: BatchTicket;
+}
+
+/** The items one batch call carries, fixed when it first goes on the wire. */
+export interface SealedBatch {
+  /** The lead item's request first; one request: the provider's single lookup, as without batching. */
+  readonly requests: readonly EndpointRequest[];
+  /** The earliest of the items' deadlines (`performance.now()` time): the call must answer every one. */
+  readonly deadline: number;
+}
+
+export interface BatchTicket {
+  /** The items, chosen at the first call and the same for a retry or a switch of credential. */
+  seal(): SealedBatch;
 }
 
 /** Who a call is for: the client key whose miss makes it, and its plan's `provider_weight`. */

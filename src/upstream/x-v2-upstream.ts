@@ -2,15 +2,16 @@ import type { XV2UpstreamConfig } from '../config/types.js';
 import type { EndpointName } from '../endpoints.js';
 import { checkResponseBody } from '../schemas/response-check.js';
 import { createHttpProvider, failed, type Dialect, type HttpProviderOptions } from './http-provider.js';
-import type { Provider } from './upstream.js';
+import type { Provider, UpstreamResult } from './upstream.js';
 import { mapFollowing } from './x-v2/map-following.js';
 import { mapReplies } from './x-v2/map-replies.js';
 import { mapTimeline } from './x-v2/map-timeline.js';
 import { mapTweet } from './x-v2/map-tweet.js';
 import { mapUser } from './x-v2/map-user.js';
-import { outcomeOf } from './x-v2/outcome.js';
+import { batchOutcomes, type ItemOutcome } from './x-v2/batch-outcome.js';
+import { outcomeOf, type Outcome } from './x-v2/outcome.js';
 import { MappingError, MappingGap } from './x-v2/read.js';
-import { v2Request } from './x-v2/requests.js';
+import { v2BatchRequest, v2Request } from './x-v2/requests.js';
 
 /** Each endpoint's mapping from X's v2 body to the interface's v1 body. */
 const MAPPINGS: Readonly<Record<EndpointName, (body: unknown) => object>> = {
@@ -58,23 +59,64 @@ const X_V2_DIALECT: Dialect = {
   rejectsCredential: [401],
   forbidsEndpoint: [403],
   success(request, parsed, _raw, status) {
-    const { endpoint } = request;
-    let v1: object;
+    let outcome: Outcome;
     try {
-      const outcome = outcomeOf(parsed, LISTINGS.has(endpoint));
-      if (outcome.kind === 'not_found') return { kind: 'not_found' };
-      if (outcome.kind === 'errors') return failed('invalid_body', `status ${status} with errors and no data (${outcome.type})`, status);
-      v1 = MAPPINGS[endpoint](parsed);
+      outcome = outcomeOf(parsed, LISTINGS.has(request.endpoint));
     } catch (error) {
-      if (error instanceof MappingGap) return failed('mapping_gap', `status ${status} with an X v2 ${endpoint} body that refers to what it left out: ${error.message}`, status);
-      if (!(error instanceof MappingError)) throw error;
-      return failed('invalid_body', `status ${status} with a body not of the X v2 ${endpoint} shape: ${error.message}`, status);
+      return unmapped(request.endpoint, error, status);
     }
-    const mismatch = checkResponseBody(endpoint, v1);
-    if (mismatch !== undefined) return failed('invalid_body', `the ${endpoint} body mapped from X v2 is not of the schema: ${mismatch}`, status);
-    return { kind: 'ok', body: Buffer.from(JSON.stringify(v1)) };
+    return resultOf(request.endpoint, outcome, parsed, status);
+  },
+  batch: {
+    path: v2BatchRequest,
+    /**
+     * Each item as its single lookup would have been answered. The call itself is `ok` (X
+     * answered, whatever it said of single items) unless no item could be answered: then it
+     * is the first item's failure, so that a change of X's format weighs on its health as it
+     * does on the single lookups.
+     */
+    success(requests, parsed, status) {
+      const endpoint = requests[0]!.endpoint;
+      let outcomes: ItemOutcome[];
+      try {
+        outcomes = batchOutcomes(requests, parsed);
+      } catch (error) {
+        return unmapped(endpoint, error, status);
+      }
+      const items = outcomes.map((outcome) =>
+        outcome.kind === 'missing'
+          ? failed('mapping_gap', `status ${status} with an X v2 batch answer that has neither data nor an error for one ${endpoint} asked`, status)
+          : resultOf(endpoint, outcome, outcome.kind === 'data' ? outcome.body : undefined, status),
+      );
+      const answered = items.some((item) => item.kind === 'ok' || item.kind === 'not_found');
+      return answered ? { kind: 'ok', body: NO_BODY, items } : { ...items[0]!, items };
+    },
   },
 };
+
+const NO_BODY = Buffer.alloc(0);
+
+/** One lookup's outcome (single, or an item of a batch) to its result: the body mapped and checked. */
+function resultOf(endpoint: EndpointName, outcome: Outcome | ItemOutcome, body: unknown, status: number): UpstreamResult {
+  if (outcome.kind === 'not_found') return { kind: 'not_found' };
+  if (outcome.kind === 'errors') return failed('invalid_body', `status ${status} with errors and no data (${outcome.type})`, status);
+  let v1: object;
+  try {
+    v1 = MAPPINGS[endpoint](body);
+  } catch (error) {
+    return unmapped(endpoint, error, status);
+  }
+  const mismatch = checkResponseBody(endpoint, v1);
+  if (mismatch !== undefined) return failed('invalid_body', `the ${endpoint} body mapped from X v2 is not of the schema: ${mismatch}`, status);
+  return { kind: 'ok', body: Buffer.from(JSON.stringify(v1)) };
+}
+
+/** A mapping that failed: a gap in this one answer, or a body not of X's shape. */
+function unmapped(endpoint: EndpointName, error: unknown, status: number): UpstreamResult {
+  if (error instanceof MappingGap) return failed('mapping_gap', `status ${status} with an X v2 ${endpoint} body that refers to what it left out: ${error.message}`, status);
+  if (!(error instanceof MappingError)) throw error;
+  return failed('invalid_body', `status ${status} with a body not of the X v2 ${endpoint} shape: ${error.message}`, status);
+}
 
 /** The innermost layer of an `x_v2` upstream. */
 export function createXV2Upstream(name: string, config: XV2UpstreamConfig, options: HttpProviderOptions): Provider {

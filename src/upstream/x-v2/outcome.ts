@@ -33,11 +33,21 @@ export function outcomeOf(body: unknown, listing: boolean): Outcome {
     if (listing) return { kind: 'data' };
     throw new MappingError('/data is missing');
   }
-  // A suspended account answers title "Forbidden" with the resource-not-found type: to a
-  // client of the interface it does not exist either.
-  if (errors.some((e) => e.title === 'Not Found Error' || (typeof e.type === 'string' && NOT_VISIBLE.test(e.type)))) {
-    return { kind: 'not_found' };
-  }
-  const type = errors[0]!.type;
-  return { kind: 'errors', type: typeof type === 'string' && PROBLEM_TYPE.test(type) ? type : 'unknown' };
+  if (errors.some(notVisible)) return { kind: 'not_found' };
+  return { kind: 'errors', type: problemType(errors[0]!) };
+}
+
+/**
+ * Whether one of X's errors says the resource is not there for this app. A suspended account
+ * answers title "Forbidden" with the resource-not-found type: to a client of the interface it
+ * does not exist either.
+ */
+export function notVisible(error: Readonly<Record<string, unknown>>): boolean {
+  return error.title === 'Not Found Error' || (typeof error.type === 'string' && NOT_VISIBLE.test(error.type));
+}
+
+/** An error's problem type, where it is one of X's (safe to log), else `unknown`. */
+export function problemType(error: Readonly<Record<string, unknown>>): string {
+  const type = error.type;
+  return typeof type === 'string' && PROBLEM_TYPE.test(type) ? type : 'unknown';
 }

@@ -18,21 +18,51 @@ export const TWEETS_PAGE_SIZE = 20;
 /** The v1 following listing's default `count`, which X (1-1000, default 100) must be told. */
 const FOLLOWING_DEFAULT_COUNT = 20;
 
+/** The query of each lookup, single or batch: the same fields and expansions either way. */
+const LOOKUP_QUERY = {
+  user: { 'user.fields': USER_FIELDS },
+  user_by_username: { 'user.fields': USER_FIELDS },
+  tweet: {
+    'tweet.fields': `author_id,${TWEET_FIELDS}`,
+    expansions: 'author_id,attachments.media_keys',
+    'media.fields': MEDIA_FIELDS,
+    'user.fields': 'profile_image_url',
+  },
+} as const;
+
+/** The endpoints X answers for many items at once, and the parameter that lists them. */
+export type BatchEndpoint = keyof typeof LOOKUP_QUERY;
+export const BATCH_PARAMETER: Readonly<Record<BatchEndpoint, 'ids' | 'usernames'>> = { user: 'ids', user_by_username: 'usernames', tweet: 'ids' };
+const BATCH_PATH: Readonly<Record<BatchEndpoint, string>> = { user: '/2/users', user_by_username: '/2/users/by', tweet: '/2/tweets' };
+
+/** The item a lookup asks for: the id, or the username as X compares it (case-insensitively). */
+export function itemOf(request: EndpointRequest): string {
+  const { user_id: userId, username, tweet_id: tweetId } = request.params;
+  return request.endpoint === 'user_by_username' ? (username ?? '').toLowerCase() : (userId ?? tweetId ?? '');
+}
+
+/**
+ * The batch lookup for several requests of one endpoint (`user`, `user_by_username` or
+ * `tweet`): `/2/users?ids=`, `/2/users/by?usernames=` or `/2/tweets?ids=`, with the single
+ * lookup's fields. Ids and usernames are X-valid (known-answer.ts turned the others away), so
+ * the list needs no escaping.
+ */
+export function v2BatchRequest(requests: readonly EndpointRequest[]): string {
+  const endpoint = requests[0]!.endpoint as BatchEndpoint;
+  const items = requests.map((r) => r.params.user_id ?? r.params.username ?? r.params.tweet_id);
+  return v2Path(BATCH_PATH[endpoint], { [BATCH_PARAMETER[endpoint]]: items.join(','), ...LOOKUP_QUERY[endpoint] });
+}
+
 /** The X API v2 path and query answering a validated v1 request. */
 export function v2Request(request: EndpointRequest): string {
   const { user_id: userId = '', username = '', tweet_id: tweetId = '' } = request.params;
   switch (request.endpoint) {
     case 'user':
-      return v2Path(`/2/users/${userId}`, { 'user.fields': USER_FIELDS });
+      return v2Path(`/2/users/${userId}`, LOOKUP_QUERY.user);
     case 'user_by_username':
-      return v2Path(`/2/users/by/username/${username}`, { 'user.fields': USER_FIELDS });
+      return v2Path(`/2/users/by/username/${username}`, LOOKUP_QUERY.user_by_username);
     case 'tweet':
-      return v2Path(`/2/tweets/${tweetId}`, {
-        'tweet.fields': `author_id,${TWEET_FIELDS}`,
-        expansions: 'author_id,attachments.media_keys',
-        'media.fields': MEDIA_FIELDS,
-        'user.fields': 'profile_image_url',
-      });
+      return v2Path(`/2/tweets/${tweetId}`, LOOKUP_QUERY.tweet);
     case 'tweets':
       return v2Path(`/2/users/${userId}/tweets`, {
         max_results: TWEETS_PAGE_SIZE,
