@@ -9,7 +9,7 @@
 //   BENCH_CONNECTIONS (64)       hit-path connections, also the cache-fill concurrency
 //   BENCH_MISS_CONNECTIONS (1)   miss-path connections (see scenarios/miss.mjs)
 //   BENCH_MISS_COMPRESSION       YAML for the miss perch's cache.compression, e.g. '{ brotli: false, gzip: false }'
-//   BENCH_ONLY                   comma list of scenarios: hit,hit-side,hit-tail,hit-rate,bytes,miss,economy,memory,redis-frozen,validate,quota,sick-upstream,fairness,tracing
+//   BENCH_ONLY                   comma list of scenarios: hit,hit-side,hit-tail,hit-rate,bytes,miss,economy,memory,redis-frozen,validate,quota,sick-upstream,fairness,batch,tracing
 //   BENCH_ECONOMY_REQUESTS (100000), BENCH_ECONOMY_KEYS (10000), BENCH_ZIPF_S (1.1), BENCH_SEED (6)
 //   BENCH_MEMORY_ENTRIES (100000), BENCH_MEMORY_PAGES (40000), BENCH_MEMORY_MAX_BYTES (134217728)
 //   BENCH_SERVER_CPU (0), BENCH_CLIENT_CPU (1)
@@ -28,6 +28,7 @@ import { nginxVersion } from './lib/nginx.mjs';
 import { evaluate, printTables, writeResults } from './lib/report.mjs';
 import { varnishVersion } from './lib/varnish.mjs';
 import { wrkVersion } from './lib/wrk.mjs';
+import { batchScenario } from './scenarios/batch.mjs';
 import { bytesScenario } from './scenarios/bytes.mjs';
 import { economyScenario } from './scenarios/economy.mjs';
 import { fairnessScenario } from './scenarios/fairness.mjs';
@@ -71,6 +72,7 @@ const SCENARIOS = {
   quota: quotaScenario,
   'sick-upstream': sickUpstreamScenario,
   fairness: fairnessScenario,
+  batch: batchScenario,
   tracing: tracingScenario,
 };
 

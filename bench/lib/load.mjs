@@ -52,11 +52,12 @@ export async function issueAll({ targets, count, pathOf, headers = {}, concurren
 
 /**
  * Open loop: request i goes out at `i / ratePerSecond` seconds after the start, whether or not
- * earlier ones have their answer (no coordinated omission), for `seconds`. Returns each
+ * earlier ones have their answer (no coordinated omission), for `seconds`, with `headers`, or
+ * `headersOf(i)` when given (say, client keys taken in turn). Returns each
  * request's send time (ms after the start), status (0 for a transport error) and time to its
  * answer (ms), in order.
  */
-export async function issueAtRate({ target, ratePerSecond, seconds, pathOf, headers = {} }) {
+export async function issueAtRate({ target, ratePerSecond, seconds, pathOf, headers = {}, headersOf }) {
   const pool = new Pool(target, { connections: 256, pipelining: 1, headersTimeout: 10_000, bodyTimeout: 10_000 });
   const count = Math.round(ratePerSecond * seconds);
   const results = new Array(count);
@@ -69,7 +70,7 @@ export async function issueAtRate({ target, ratePerSecond, seconds, pathOf, head
       if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
       const sentAt = performance.now() - t0;
       pending.push(
-        pool.request({ path: pathOf(i), method: 'GET', headers }).then(
+        pool.request({ path: pathOf(i), method: 'GET', headers: headersOf ? headersOf(i) : headers }).then(
           async (res) => {
             await res.body.dump({ limit: 1 << 20 });
             results[i] = { sentAt, status: res.statusCode, ms: performance.now() - t0 - sentAt };
