@@ -8,8 +8,9 @@
 // - users: 300 distinct user ids in 3 s, open loop (100/s), the 5 keys in turn;
 // - usernames: 200 distinct usernames in 3 s (~67/s);
 // - tweets: 200 distinct tweet ids in 3 s;
-// - lone miss: 30 user misses one at a time, the cap lifted (1000/s) so it never holds one: what
-//   a miss waits beyond the fake's 30 ms (p50/p99), on and off; a lone miss must add no window.
+// - lone miss: 3 interleaved rounds of 100 user misses one at a time (BENCH_BATCH_LONE), on and
+//   off side by side, the cap lifted (1000/s) so it never holds one: what a miss waits beyond
+//   the fake's 30 ms (p50/p99, medians of the rounds); a lone miss must add no window.
 // Per phase: share answered 200 and the statuses, provider calls, items per call (min, median,
 // max, from the fake), p50/p99 of the 200s and the same minus the fake's 30 ms ("added"),
 // whether each call's query carried the single lookup's field parameters, and, when this build
@@ -43,7 +44,8 @@ const ANSWER_MS = 30;
 const CAP = 2;
 const TOKEN = 'AAAAAAAAAAAAAAAAAAAAAPerchBenchToken';
 const KEYS = Array.from({ length: 5 }, (_, i) => ({ id: `batch${i}`, key: `perch-batch-key-${i}-0123456789abcdef` }));
-const LONE = 30;
+const LONE = Number(process.env.BENCH_BATCH_LONE ?? 100);
+const LONE_ROUNDS = 3;
 
 /**
  * The open-loop phases: `count` distinct misses in SECONDS, and the issue's targets for the
@@ -376,33 +378,59 @@ async function loadPhase(ctx, phase, variant, built, expected) {
   return result;
 }
 
-/** LONE user misses one after another (after one unmeasured), the cap lifted so none waits for it. */
-async function lonePhase(ctx, variant, built, expected) {
-  const fake = await startFakeX(expected);
-  const perch = await startPerchYaml(ctx, `perch-batch-lone-${variant.id}`, (port) => config(port, fake.url, { cap: 1000, batch: batchYaml(variant, built) }));
-  const pool = new Pool(perch.url, { connections: 1, pipelining: 1, headersTimeout: 10_000, bodyTimeout: 10_000 });
-  const results = [];
+/**
+ * Lone misses, batching on and off side by side: both perches (each with its own fake) run at
+ * once, and LONE_ROUNDS rounds of LONE user misses one after another alternate between them
+ * (after one unmeasured miss each), the cap lifted so none waits for it. Per round: p50 and p99
+ * of what a miss waited beyond the fake's 30 ms.
+ */
+async function loneRounds(ctx, variants, built, expected) {
+  const sides = [];
   try {
-    const get = async (i) => {
+    for (const variant of variants) {
+      const fake = await startFakeX(expected);
+      const perch = await startPerchYaml(ctx, `perch-batch-lone-${variant.id}`, (port) => config(port, fake.url, { cap: 1000, batch: batchYaml(variant, built) }));
+      const pool = new Pool(perch.url, { connections: 1, pipelining: 1, headersTimeout: 10_000, bodyTimeout: 10_000 });
+      sides.push({ variant, fake, perch, pool, results: [], rounds: [] });
+    }
+    let next = 0;
+    const get = async (side) => {
+      const i = next++;
       const t = performance.now();
-      const res = await pool.request({ path: `/v1/users/${1_600_000_000 + i}`, method: 'GET', headers: { 'x-api-key': KEYS[(i + LONE) % KEYS.length].key } });
+      const res = await side.pool.request({ path: `/v1/users/${1_600_000_000 + i}`, method: 'GET', headers: { 'x-api-key': KEYS[i % KEYS.length].key } });
       await res.body.dump({ limit: 1 << 20 });
       return { status: res.statusCode, ms: performance.now() - t };
     };
-    await get(-1); // the pools' connections, both sides
-    fake.reset();
-    for (let i = 0; i < LONE; i++) results.push(await get(i));
+    for (const side of sides) {
+      await get(side); // the pools' connections, both sides
+      side.fake.reset();
+    }
+    for (let round = 0; round < LONE_ROUNDS; round++) {
+      for (const side of sides) {
+        const results = [];
+        for (let i = 0; i < LONE; i++) results.push(await get(side));
+        const added = sorted(results.filter((r) => r.status === 200).map((r) => r.ms - ANSWER_MS));
+        side.rounds.push({ addedP50: added.length > 0 ? percentile(added, 50) : NaN, addedP99: added.length > 0 ? percentile(added, 99) : NaN });
+        side.results.push(...results);
+      }
+    }
   } finally {
-    await pool.close();
-    await perch.proc.stop();
-    await fake.close();
+    for (const side of sides) {
+      await side.pool.close();
+      await side.perch.proc.stop();
+      await side.fake.close();
+    }
   }
-  const added = sorted(results.filter((r) => r.status === 200).map((r) => r.ms - ANSWER_MS));
-  const result = { variant: variant.id, misses: results.length, statuses: statusCounts(results), okShare: added.length / results.length, addedP50: added.length > 0 ? percentile(added, 50) : NaN, addedP99: percentile(added, 99), ...callSummary(fake.calls) };
-  result.singleCalls = fake.calls.filter((c) => !c.batch && c.items === 1).length;
-  result.line = `lone misses, ${variant.name}: ${results.length} one at a time, ${JSON.stringify(result.statuses)}, ${result.calls} provider calls (${result.singleCalls} to the single endpoint${callTrouble(result)}), added p50 ${fmt(result.addedP50, 2)} ms, p99 ${fmt(result.addedP99, 2)} ms`;
-  ctx.log(`  batch ${result.line}`);
-  return result;
+  const out = {};
+  for (const side of sides) {
+    const median = (field) => sorted(side.rounds.map((r) => r[field]))[Math.floor(side.rounds.length / 2)];
+    const result = { variant: side.variant.id, misses: side.results.length, statuses: statusCounts(side.results), okShare: side.results.filter((r) => r.status === 200).length / side.results.length, rounds: side.rounds, addedP50: median('addedP50'), addedP99: median('addedP99'), ...callSummary(side.fake.calls) };
+    result.singleCalls = side.fake.calls.filter((c) => !c.batch && c.items === 1).length;
+    result.line = `lone misses, ${side.variant.name}: ${LONE_ROUNDS} rounds of ${LONE} one at a time, ${JSON.stringify(result.statuses)}, ${result.calls} provider calls (${result.singleCalls} to the single endpoint${callTrouble(result)}), added p50 per round ${side.rounds.map((r) => fmt(r.addedP50, 2)).join(' / ')} ms, p99 ${side.rounds.map((r) => fmt(r.addedP99, 2)).join(' / ')} ms`;
+    ctx.log(`  batch ${result.line}`);
+    out[side.variant.id] = result;
+  }
+  return out;
 }
 
 export async function batchScenario(ctx) {
@@ -413,7 +441,8 @@ export async function batchScenario(ctx) {
   ctx.log(`  batch: batch lookups ${built ? `built (on: batch: ${batchYaml(VARIANTS[0], true)})` : 'not built: the unbatched variant only, without a `batch` key'}`);
   const runs = {};
   for (const phase of PHASES) for (const variant of variants) runs[`${phase.id}.${variant.id}`] = await loadPhase(ctx, phase, variant, built, expected);
-  for (const variant of variants) runs[`lone.${variant.id}`] = await lonePhase(ctx, variant, built, expected);
+  const lone = await loneRounds(ctx, variants, built, expected);
+  for (const variant of variants) runs[`lone.${variant.id}`] = lone[variant.id];
 
   const atLeast = (min) => ({ text: `>= ${min}`, pass: (v) => v >= min });
   const atMost = (max) => ({ text: `<= ${max}`, pass: (v) => v <= max });
@@ -437,7 +466,7 @@ export async function batchScenario(ctx) {
   const loneOff = runs['lone.off'];
   for (const p of ['p50', 'p99']) {
     const field = p === 'p50' ? 'addedP50' : 'addedP99';
-    figures.push({ id: `batch.lone.${p}`, label: `lone miss, added latency ${p} (ms, minus X's ${ANSWER_MS} ms), batched`, runs: loneOn ? [loneOn[field]] : [], decimals: 2, baseline: { label: 'unbatched', runs: [loneOff[field]] }, ...(loneOn ? {} : { unavailable: notBuilt }) });
+    figures.push({ id: `batch.lone.${p}`, label: `lone miss, added latency ${p} (ms, minus X's ${ANSWER_MS} ms), batched`, runs: loneOn ? loneOn.rounds.map((r) => r[field]) : [], decimals: 2, baseline: { label: 'unbatched', runs: loneOff.rounds.map((r) => r[field]) }, ...(loneOn ? {} : { unavailable: notBuilt }) });
   }
 
   const rows = [];
@@ -474,7 +503,7 @@ export async function batchScenario(ctx) {
     rows.push(['lone', variant.name, String(r.misses), fmt(r.okShare, 3), JSON.stringify(r.statuses), `${r.calls} (${r.singleCalls} single)${callTrouble(r)}`, `${r.itemsMin} / ${r.itemsMedian} / ${r.itemsMax}`, fmt(r.addedP50 + ANSWER_MS, 1), fmt(r.addedP99 + ANSWER_MS, 1), `${fmt(r.addedP50, 2)} / ${fmt(r.addedP99, 2)}`, r.queryChecked === 0 ? '-' : r.queryOff === 0 ? 'yes' : `${r.queryOff} of ${r.queryChecked} differ`, '-', '-']);
   }
   const table = {
-    title: `Batch lookups (x_v2, cap ${CAP}/s burst ${CAP}, a fake X answering in ${ANSWER_MS} ms, 5 keys in turn; ${SECONDS} s open loop per phase; lone: ${LONE} misses one at a time, cap 1000/s)`,
+    title: `Batch lookups (x_v2, cap ${CAP}/s burst ${CAP}, a fake X answering in ${ANSWER_MS} ms, 5 keys in turn; ${SECONDS} s open loop per phase; lone: ${LONE_ROUNDS} interleaved rounds of ${LONE} misses one at a time, cap 1000/s)`,
     head: ['phase', 'variant', 'misses', '200 share', 'statuses', 'provider calls', 'items per call min / median / max', 'p50 ms (200s)', 'p99 ms (200s)', 'added p50 / p99 ms', "single lookup's query", 'perch batch metrics', 'access log batch'],
     rows,
   };

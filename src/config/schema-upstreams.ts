@@ -65,7 +65,7 @@ const batch = obj(
       min: 0,
       max: 50,
       default: 0,
-      doc: 'how long a miss that finds no call to share waits for company, 0-50; 0: it goes at the end of the current turn of the event loop, as without batching (misses waiting under the cap share calls whatever this says)',
+      doc: 'how long a miss that finds no call to share waits for company, 0-50; 0: it goes at the end of the current tick, as without batching (misses waiting under the cap share calls whatever this says)',
     }),
   },
   { doc: 'batch lookups (see [Batch lookups](upstreams.md#batch-lookups))', section: true },

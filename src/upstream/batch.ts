@@ -62,9 +62,10 @@ interface Group {
  * and the guard, so each of them sees one call: one place under the cap and the quota, one
  * verdict, one retry.
  *
- * A miss that finds no call open sends one at the end of the current turn of the event loop
- * (`setImmediate`; after `window_ms` when the operator asked for one), never later: a lone miss
- * costs what it cost before. While a call is on its way down (waiting under the cap, above all),
+ * A miss that finds no call open sends one at the end of the current tick (DataLoader's
+ * schedule: `process.nextTick` after the promise jobs already queued; after `window_ms` when the
+ * operator asked for one), never later: a lone miss costs what it cost before (the bench's
+ * lone-miss figure, docs/performance.md). While a call is on its way down (waiting under the cap, above all),
  * later misses take seats in it; the call chooses its items only when it goes on the wire
  * (`BatchTicket.seal`), up to `max_items`, its lead first and the others in fair order across
  * client keys (fair-pool.ts), and more calls open as more misses wait than the open calls seat.
@@ -109,7 +110,8 @@ export function createBatching(options: BatchOptions): Layer {
         }
       };
       if (group.open.size === 0 && config.window_ms > 0) timers.after(config.window_ms, flush);
-      else setImmediate(flush);
+      // DataLoader's schedule: after the promise jobs already queued, at the end of this tick.
+      else void Promise.resolve().then(() => process.nextTick(flush));
     }
 
     function send(group: Group, ticket: Ticket): void {
