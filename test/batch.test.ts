@@ -243,7 +243,7 @@ test("each miss in a batch is charged to its key's provider-call budget, one ite
   assert.equal(upstream.requests.length, 1);
 });
 
-test('a seat whose wait runs out gets 429 with Retry-After, and its key is not charged', { timeout: 10_000 }, async (t) => {
+test("a seat whose wait runs out gets 429 with Retry-After, as in the cap's queue", { timeout: 10_000 }, async (t) => {
   const s = await setup(t, 'max_requests_per_second: 1, burst: 1, queue_timeout_ms: 500');
   assert.equal((await s.perch.request('/v1/users/1')).status, 200);
   const pending = await queued(s, ['/v1/users/2', '/v1/users/3', '/v1/users/4'], 2 + 2);
