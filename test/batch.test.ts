@@ -3,12 +3,13 @@
 // answered as if it had been asked alone. Over real HTTP against a stand-in for X (fake-x.ts),
 // the clock and timers in the test's hand.
 import assert from 'node:assert/strict';
+import { request as httpRequest } from 'node:http';
 import { test, type TestContext } from 'node:test';
 import { parseConfig } from '../src/config/load.js';
 import { CLOCK_GRANULARITY_MS } from '../src/upstream/guard/provider-state.js';
 import { ManualClock } from './helpers/clock.js';
 import { fakeX, type FakeX } from './helpers/fake-x.js';
-import { OTHER_KEY, startPerch, testConfig, waitFor, type RunningPerch } from './helpers/perch.js';
+import { KEY, OTHER_KEY, startPerch, testConfig, waitFor, type RunningPerch } from './helpers/perch.js';
 import { startRedis } from './helpers/redis-server.js';
 import { startUpstream, type TestUpstream } from './helpers/upstream-server.js';
 
@@ -260,6 +261,78 @@ test("a seat whose wait runs out gets 429 with Retry-After, as in the cap's queu
   assert.equal(s.upstream.requests.length, 1);
   const metrics = await (await fetch(`${s.perch.url}/metrics`)).text();
   assert.match(metrics, /perch_upstream_refused_total\{upstream="x",route="user",reason="over_cap"\} 3\n/);
+});
+
+test('a client that leaves while its miss waits for a seat: the item still rides, and its answer is cached', { timeout: 10_000 }, async (t) => {
+  const s = await setup(t, 'max_requests_per_second: 1, burst: 1, queue_timeout_ms: 5000');
+  assert.equal((await s.perch.request('/v1/users/1')).status, 200);
+  const staying = await queued(s, ['/v1/users/2'], 2);
+  const leaving = httpRequest(`${s.perch.url}/v1/users/3`, { headers: { 'x-api-key': KEY }, agent: false });
+  const closed = new Promise((resolve) => leaving.on('error', resolve).on('close', resolve));
+  leaving.end();
+  await waitFor(() => s.clock.waiting === 3);
+  leaving.destroy();
+  await closed;
+  s.clock.advance(1000 + CLOCK_GRANULARITY_MS);
+  assert.equal((await staying[0]!).status, 200);
+  assert.deepEqual(sent(s.upstream).slice(1), [`/2/users?ids=2,3&${USER_QUERY}`]);
+  const later = await s.perch.request('/v1/users/3');
+  assert.deepEqual([later.status, later.json().id, later.headers.get('cache-status')?.startsWith('perch; hit')], [200, '3', true]);
+  assert.equal(s.upstream.requests.length, 2);
+});
+
+test('a reload while misses wait for a seat: they ride the call of the set they joined, later misses the new set', { timeout: 10_000 }, async (t) => {
+  const settings = 'max_requests_per_second: 1, burst: 1, queue_timeout_ms: 5000';
+  const s = await setup(t, settings);
+  assert.equal((await s.perch.request('/v1/users/1')).status, 200);
+  const before = await queued(s, ['/v1/users/2', '/v1/users/3', '/v1/users/4'], 2 + 2);
+  s.perch.reload(testConfig(xUpstream(s.upstream.url, `${settings}, batch: { max_items: 2 }`)));
+  // The new set's call waits under the same cap: the provider's state outlives a reload.
+  const after = await queued(s, ['/v1/users/5', '/v1/users/6'], 2 + 2 + 3);
+  s.clock.advance(1000 + CLOCK_GRANULARITY_MS);
+  await Promise.all(before);
+  // The end of the old set's call wakes only the old set's queue: the new one asks again when
+  // the cap's estimate, made while that call was in flight, runs out (within three seconds).
+  for (let second = 0; s.upstream.requests.length < 3; second++) {
+    assert.ok(second < 3, 'the new set made its call');
+    s.clock.advance(1000);
+    await waitFor(() => s.upstream.requests.length === 3 || s.clock.waiting === 3);
+  }
+  const results = await Promise.all([...before, ...after]);
+  assert.deepEqual(
+    results.map((r) => [r.status, r.json().id]),
+    ['2', '3', '4', '5', '6'].map((id) => [200, id]),
+  );
+  assert.deepEqual(sent(s.upstream).slice(1).sort(), [`/2/users?ids=2,3,4&${USER_QUERY}`, `/2/users?ids=5,6&${USER_QUERY}`].sort());
+});
+
+test(`a pass-through key's misses never share a call: each key is its own credential`, { timeout: 10_000 }, async (t) => {
+  const x = fakeX();
+  const upstream = await startUpstream(t, x.behaviour);
+  const clock = new ManualClock();
+  const yaml = `
+server: { host: 127.0.0.1, port: 0 }
+auth: { mode: upstream, default_plan: resale }
+rate_limits: { resale: { capacity: 1000, refill_per_second: 1000 } }
+upstreams: { x: { kind: x_v2, url: "${upstream.url}", timeout_ms: 2000, batch: { window_ms: 10 } } }
+`;
+  const perch = await startPerch(t, yaml, { clock, timers: clock });
+  const [one, two] = ['AAAAAAAAAAAAAAAAAAAAAPassThroughKeyOne0001', 'AAAAAAAAAAAAAAAAAAAAAPassThroughKeyTwo0002'];
+  // Each key's first call verifies it; then both keys miss at once, within what would be a window.
+  assert.equal((await perch.request('/v1/users/1', { key: one })).status, 200);
+  assert.equal((await perch.request('/v1/users/2', { key: two })).status, 200);
+  const results = await Promise.all([perch.request('/v1/users/3', { key: one }), perch.request('/v1/users/4', { key: two })]);
+  assert.deepEqual(
+    results.map((r) => r.status),
+    [200, 200],
+  );
+  assert.deepEqual(
+    upstream.requests.slice(2).map((r) => [r.url, r.headers.authorization]).sort(),
+    [
+      [`/2/users/3?${USER_QUERY}`, `Bearer ${one}`],
+      [`/2/users/4?${USER_QUERY}`, `Bearer ${two}`],
+    ],
+  );
 });
 
 test('two instances on one Redis: an item in flight on one is not asked again by the other', { timeout: 20_000 }, async (t) => {
