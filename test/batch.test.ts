@@ -205,20 +205,39 @@ test('a batch that fails whole fails each item, caches nothing, and counts once 
 });
 
 test("the seats of a batch go in fair order across keys: a key's two misses are not pushed out by another's backlog", { timeout: 10_000 }, async (t) => {
-  const s = await setup(t, 'max_requests_per_second: 1, burst: 1, queue_timeout_ms: 5000, batch: { max_items: 3, window_ms: 10 }');
+  const s = await setup(t, 'max_requests_per_second: 1, burst: 1, queue_timeout_ms: 5000, batch: { max_items: 4, window_ms: 10 }');
   // alpha's six misses, then bravo's two, all within the window.
   const crawler = await queued(s, [2, 3, 4, 5, 6, 7].map((id) => `/v1/users/${id}`), 1 + 6);
   const app = await queued(s, ['/v1/users/8', '/v1/users/9'], 1 + 8, OTHER_KEY);
   s.clock.advance(10);
-  await waitFor(() => s.upstream.requests.length === 1);
-  // The cap admits the waiting calls one a second, bravo's (its key has had no call) first.
-  await waitFor(() => s.clock.waiting > 0);
-  s.clock.advance(1000 + CLOCK_GRANULARITY_MS);
-  await waitFor(() => s.upstream.requests.length === 2);
+  // The first call takes alpha's first miss and, in fair order, bravo's two among its seats; the
+  // second call, opened behind it, is led by alpha's last.
   await Promise.all(app);
+  assert.deepEqual(sent(s.upstream), [`/2/users?ids=2,8,3,9&${USER_QUERY}`]);
+  // The second call under the cap (its wait and the queue's wake-up), its three seats taken.
+  await waitFor(() => s.clock.waiting === 2 + 3);
   s.clock.advance(1000 + CLOCK_GRANULARITY_MS);
   await Promise.all(crawler);
-  assert.deepEqual(sent(s.upstream), [`/2/users?ids=2,9,4&${USER_QUERY}`, `/2/users?ids=8,5,6&${USER_QUERY}`, `/2/users?ids=3,7&${USER_QUERY}`]);
+  assert.deepEqual(sent(s.upstream).slice(1), [`/2/users?ids=7,4,5,6&${USER_QUERY}`]);
+});
+
+test('a backlog of 150 misses of one key leaves the next batch room for two of another', { timeout: 10_000 }, async (t) => {
+  const s = await setup(t, 'max_requests_per_second: 1, burst: 1, queue_timeout_ms: 5000, batch: { window_ms: 10 }');
+  const crawler = await queued(s, Array.from({ length: 150 }, (_, i) => `/v1/users/${1000 + i}`), 1 + 150);
+  const app = await queued(s, ['/v1/users/8', '/v1/users/9'], 1 + 152, OTHER_KEY);
+  s.clock.advance(10);
+  await Promise.all(app);
+  const first = new URL(sent(s.upstream)[0]!, 'http://x').searchParams.get('ids')!.split(',');
+  assert.equal(first.length, 100);
+  assert.deepEqual(first.slice(0, 5), ['1000', '8', '1001', '9', '1002']);
+  // The second call under the cap, led by the last miss, and the 51 that wait for its seats.
+  await waitFor(() => s.clock.waiting === 2 + 51);
+  s.clock.advance(1000 + CLOCK_GRANULARITY_MS);
+  assert.deepEqual(
+    (await Promise.all(crawler)).map((r) => r.status),
+    Array.from({ length: 150 }, () => 200),
+  );
+  assert.equal(s.upstream.requests.length, 2);
 });
 
 test("each miss in a batch is charged to its key's provider-call budget, one item each", { timeout: 10_000 }, async (t) => {

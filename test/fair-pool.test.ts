@@ -53,6 +53,20 @@ test('an item removed (its wait ran out) is not taken and costs its key no turn;
   assert.deepEqual(takeAll(pool), ['a1', 'b0']);
 });
 
+test("the last item fair order would take is the newest of the key furthest ahead, and taking it moves no tag", { timeout: 5000 }, () => {
+  const pool = new FairPool<string>();
+  for (let i = 0; i < 5; i++) pool.add(payer('crawler'), `c${i}`);
+  pool.add(payer('app'), 'a0');
+  pool.add(payer('app'), 'a1');
+  assert.deepEqual([pool.takeLast(), pool.takeLast()], ['c4', 'c3']);
+  // c0..c2 at tags 0-2, a0 and a1 at 0 and 1: the crawler's c2 (tag 2) is still furthest ahead.
+  assert.equal(pool.takeLast(), 'c2');
+  // Now a1 and c1 share tag 1: the newer goes.
+  assert.equal(pool.takeLast(), 'a1');
+  assert.deepEqual(takeAll(pool), ['c0', 'a0', 'c1']);
+  assert.equal(new FairPool<string>().takeLast(), undefined);
+});
+
 test('keys that come and go leave no state behind beyond the bound', { timeout: 5000 }, () => {
   const pool = new FairPool<number>();
   let most = 0;

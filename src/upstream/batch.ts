@@ -68,7 +68,8 @@ interface Group {
  * lone-miss figure, docs/performance.md). While a call is on its way down (waiting under the cap, above all),
  * later misses take seats in it; the call chooses its items only when it goes on the wire
  * (`BatchTicket.seal`), up to `max_items`, its lead first and the others in fair order across
- * client keys (fair-pool.ts), and more calls open as more misses wait than the open calls seat.
+ * client keys (fair-pool.ts), and more calls open as more misses wait than the open calls seat,
+ * each led by the miss fair order would seat last, so that the seats ahead go to those due first.
  *
  * The provider answers each item (`UpstreamResult.items`), and each miss gets its own answer. A
  * call that failed as a whole (429, 5xx, timeout) fails each of its items as it would have failed
@@ -104,7 +105,10 @@ export function createBatching(options: BatchOptions): Layer {
       const flush = () => {
         group.flushing = false;
         while (short(group)) {
-          const lead = group.pool.take()!;
+          // The first call goes first: it takes the next in fair order. A call opened behind
+          // others takes the item fair order would seat last, so that the seats of the calls
+          // ahead go to those due first (a key with two misses behind another's backlog).
+          const lead = group.open.size === 0 ? group.pool.take()! : group.pool.takeLast()!;
           lead.cancelExpiry();
           send(group, { lead });
         }

@@ -76,6 +76,27 @@ export class FairPool<T> {
   }
 
   /**
+   * The item fair order would take last (the newest of the payer furthest ahead), taken out
+   * without moving any tag: it leaves the seats to those due before it. The batch layer makes it
+   * the lead of a call that opens behind the others, whose turn the cap's own fair queue weighs.
+   */
+  takeLast(): T | undefined {
+    let worst: Flow<T> | undefined;
+    let worstTag = -Infinity;
+    for (const flow of this.#flows.values()) {
+      const last = flow.items.at(-1);
+      if (last === undefined) continue;
+      const tag = flow.start + (flow.items.length - 1) / flow.weight;
+      if (tag > worstTag || (tag === worstTag && last.seq > worst!.items.at(-1)!.seq)) [worst, worstTag] = [flow, tag];
+    }
+    if (worst === undefined) return undefined;
+    const { item } = worst.items.pop()!;
+    this.#size--;
+    this.#bound();
+    return item;
+  }
+
+  /**
    * Flows with nothing waiting whose finish the virtual time passed are owed nothing; past the
    * bound every idle flow goes, so a churn of payers never grows the pool.
    */
