@@ -282,6 +282,33 @@ test("a seat whose wait runs out gets 429 with Retry-After, as in the cap's queu
   assert.match(metrics, /perch_upstream_refused_total\{upstream="x",route="user",reason="over_cap"\} 3\n/);
 });
 
+test('at most queue_size misses wait beyond the seats of the next call: past that the one due last is refused at once', { timeout: 10_000 }, async (t) => {
+  // queue_size 2 and 3 seats a call: five may wait.
+  const s = await setup(t, 'queue_size: 2, batch: { max_items: 3, window_ms: 10 }');
+  // One after another, each waiting (the window, then a timer each for its own wait).
+  const crawler = [];
+  for (const id of [1, 2, 3, 4, 5]) {
+    crawler.push(s.perch.request(`/v1/users/${id}`));
+    await waitFor(() => s.clock.waiting === 1 + id);
+  }
+  // The next three are refused without waiting.
+  for (const id of [6, 7, 8]) {
+    const refused = await s.perch.request(`/v1/users/${id}`);
+    assert.deepEqual([refused.status, refused.headers.get('retry-after')], [429, '1']);
+  }
+  assert.equal(s.clock.waiting, 1 + 5);
+  // bravo's miss is due before alpha's fifth: that one makes room.
+  const app = s.perch.request('/v1/users/9', { key: OTHER_KEY });
+  assert.equal((await crawler[4]!).status, 429);
+  s.clock.advance(10);
+  assert.deepEqual(
+    (await Promise.all([...crawler.slice(0, 4), app])).map((r) => r.status),
+    [200, 200, 200, 200, 200],
+  );
+  assert.deepEqual(sent(s.upstream).sort(), [`/2/users?ids=1,9,2&${USER_QUERY}`, `/2/users?ids=4,3&${USER_QUERY}`].sort());
+  assert.equal(s.upstream.requests.length, 2);
+});
+
 test('a client that leaves while its miss waits for a seat: the item still rides, and its answer is cached', { timeout: 10_000 }, async (t) => {
   const s = await setup(t, 'max_requests_per_second: 1, burst: 1, queue_timeout_ms: 5000');
   assert.equal((await s.perch.request('/v1/users/1')).status, 200);

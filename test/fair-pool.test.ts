@@ -67,6 +67,17 @@ test("the last item fair order would take is the newest of the key furthest ahea
   assert.equal(new FairPool<string>().takeLast(), undefined);
 });
 
+test('a full pool turns away the item due last: the arriving one, or the newest of the key furthest ahead', { timeout: 5000 }, () => {
+  const pool = new FairPool<string>();
+  for (let i = 0; i < 3; i++) assert.equal(pool.addBounded(payer('crawler'), `c${i}`, 3), undefined);
+  // Another of the crawler's would stand last: it is the one turned away.
+  assert.equal(pool.addBounded(payer('crawler'), 'c3', 3), 'c3');
+  // The app's first is due before the crawler's third, which makes room.
+  assert.equal(pool.addBounded(payer('app'), 'a0', 3), 'c2');
+  assert.equal(pool.size, 3);
+  assert.deepEqual(takeAll(pool), ['c0', 'a0', 'c1']);
+});
+
 test('keys that come and go leave no state behind beyond the bound', { timeout: 5000 }, () => {
   const pool = new FairPool<number>();
   let most = 0;

@@ -22,6 +22,8 @@ export interface BatchOptions {
   readonly config: BatchConfig;
   /** How long a miss may wait for a place under the cap (`queue_timeout_ms`): a seat waits no longer. */
   readonly queueTimeoutMs: number;
+  /** How many misses may wait under the cap (`queue_size`): as many may wait for a seat. */
+  readonly queueSize: number;
   /** The upstream's `price_per_call`, for the items that ride in another's call. */
   readonly price?: number;
   readonly timers: Timers;
@@ -77,11 +79,16 @@ interface Group {
  * until the item at fault is alone and gets the single lookup's answer. A call refused before the
  * wire (a stop, the breaker, the throttle, its wait run out) was its lead's: the lead gets the
  * refusal, and the others wait on for the next call. A seat waits at most `queue_timeout_ms`, or
- * what its deadline leaves, like a miss in the guard's queue, and then gets `over_cap`.
+ * what its deadline leaves, like a miss in the guard's queue, and then gets `over_cap`; at most
+ * `queue_size` wait beyond the next call's seats, and past that the miss fair order would seat
+ * last is refused at once, as in the guard's full queue.
  */
 export function createBatching(options: BatchOptions): Layer {
-  const { upstream, config, queueTimeoutMs, timers, events, price } = options;
+  const { upstream, config, queueTimeoutMs, queueSize, timers, events, price } = options;
   const seats = config.max_items - 1;
+  // Misses waiting for a seat count as misses waiting under the cap (`queue_size`), beyond the
+  // seats of the next call, which a lone miss passes through for a tick even with no queue.
+  const bound = queueSize + config.max_items;
   return (next) => {
     const groups = new Map<EndpointName, Group>();
 
@@ -165,7 +172,10 @@ export function createBatching(options: BatchOptions): Layer {
     }
 
     function expire(group: Group, item: Item): void {
-      if (!group.pool.remove(item.attempt.payer ?? NO_PAYER, item)) return;
+      if (group.pool.remove(item.attempt.payer ?? NO_PAYER, item)) refuse(group, item);
+    }
+
+    function refuse(group: Group, item: Item): void {
       events.refused(upstream, group.endpoint, 'over_cap');
       item.resolve({ kind: 'refused', reason: 'over_cap', retryAfterSeconds: group.retryAfterSeconds });
     }
@@ -175,7 +185,12 @@ export function createBatching(options: BatchOptions): Layer {
       const group = groupOf(attempt.request.endpoint);
       return new Promise<UpstreamResult>((resolve) => {
         const item: Item = { attempt, resolve, cancelExpiry: () => {} };
-        group.pool.add(attempt.payer ?? NO_PAYER, item);
+        const turnedAway = group.pool.addBounded(attempt.payer ?? NO_PAYER, item, bound);
+        if (turnedAway !== undefined) {
+          turnedAway.cancelExpiry();
+          refuse(group, turnedAway);
+          if (turnedAway === item) return;
+        }
         const waitMs = Math.max(0, Math.min(queueTimeoutMs, msLeft(attempt.deadline) - floorOf(attempt)));
         item.cancelExpiry = timers.after(waitMs, () => expire(group, item));
         schedule(group);

@@ -47,6 +47,31 @@ export class FairPool<T> {
     this.#size++;
   }
 
+  /**
+   * Adds `item` while fewer than `bound` wait; at the bound, the arriving item and the newest of
+   * the payer furthest ahead compete, as in the cap's full queue: the one fair order would seat
+   * later is turned away and returned (undefined: nothing was).
+   */
+  addBounded(payer: Payer, item: T, bound: number): T | undefined {
+    if (this.#size < bound) {
+      this.add(payer, item);
+      return undefined;
+    }
+    const mine = this.#flows.get(payer.id);
+    const myTag = mine === undefined || mine.items.length === 0 ? Math.max(this.#virtualTime, mine?.finish ?? 0) : mine.start + mine.items.length / payer.weight;
+    if (this.#lastTag() <= myTag) return item;
+    const pushed = this.takeLast()!;
+    this.add(payer, item);
+    return pushed;
+  }
+
+  /** The tag of the item fair order would take last; -Infinity when none waits. */
+  #lastTag(): number {
+    let worst = -Infinity;
+    for (const flow of this.#flows.values()) if (flow.items.length > 0) worst = Math.max(worst, flow.start + (flow.items.length - 1) / flow.weight);
+    return worst;
+  }
+
   /** Takes `item` out without it counting as its payer's turn (its wait ended); false when it is not here. */
   remove(payer: Payer, item: T): boolean {
     const flow = this.#flows.get(payer.id);
