@@ -91,7 +91,7 @@ const HTTP = {
     default: 1000,
     doc: "how long a miss over the cap waits in this instance's FIFO before it gets the stale entry or `429 E429` with `Retry-After`, 0-600000",
   }),
-  queue_size: int({ min: 0, max: 1_000_000, default: 1000, doc: 'misses that may wait in that FIFO at once; more are refused at once, 0-1000000' }),
+  queue_size: int({ min: 0, max: 1_000_000, default: 1000, doc: 'misses that may wait in that FIFO at once; more are refused at once, 0-1000000 (an x_v2 upstream\'s batch lookups let as many more wait for a seat, see [Batch lookups](upstreams.md#batch-lookups))' }),
   redis_down_share: num({
     min: 0.001,
     max: 1,
