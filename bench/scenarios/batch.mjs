@@ -8,8 +8,8 @@
 // - users: 300 distinct user ids in 3 s, open loop (100/s), the 5 keys in turn;
 // - usernames: 200 distinct usernames in 3 s (~67/s);
 // - tweets: 200 distinct tweet ids in 3 s;
-// - lone miss: 3 interleaved rounds of 100 user misses one at a time (BENCH_BATCH_LONE), on and
-//   off side by side, the cap lifted (1000/s) so it never holds one: what a miss waits beyond
+// - lone miss: 5 interleaved rounds (BENCH_BATCH_LONE_ROUNDS; each side first in every other) of
+//   100 user misses one at a time (BENCH_BATCH_LONE), on and off side by side, the cap lifted (1000/s) so it never holds one: what a miss waits beyond
 //   the fake's 30 ms (p50/p99, medians of the rounds); a lone miss must add no window.
 // Per phase: share answered 200 and the statuses, provider calls, items per call (min, median,
 // max, from the fake), p50/p99 of the 200s and the same minus the fake's 30 ms ("added"),
@@ -45,7 +45,7 @@ const CAP = 2;
 const TOKEN = 'AAAAAAAAAAAAAAAAAAAAAPerchBenchToken';
 const KEYS = Array.from({ length: 5 }, (_, i) => ({ id: `batch${i}`, key: `perch-batch-key-${i}-0123456789abcdef` }));
 const LONE = Number(process.env.BENCH_BATCH_LONE ?? 100);
-const LONE_ROUNDS = 3;
+const LONE_ROUNDS = Number(process.env.BENCH_BATCH_LONE_ROUNDS ?? 5);
 
 /**
  * The open-loop phases: `count` distinct misses in SECONDS, and the issue's targets for the
@@ -406,7 +406,8 @@ async function loneRounds(ctx, variants, built, expected) {
       side.fake.reset();
     }
     for (let round = 0; round < LONE_ROUNDS; round++) {
-      for (const side of sides) {
+      // ABBA: each side goes first in every other round, so drift within a round favours neither.
+      for (const side of round % 2 === 0 ? sides : [...sides].reverse()) {
         const results = [];
         for (let i = 0; i < LONE; i++) results.push(await get(side));
         const added = sorted(results.filter((r) => r.status === 200).map((r) => r.ms - ANSWER_MS));
