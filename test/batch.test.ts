@@ -309,6 +309,42 @@ test('at most queue_size misses wait beyond the seats of the next call: past tha
   assert.equal(s.upstream.requests.length, 2);
 });
 
+test('a bug below the batch layer is 500 E500 for every miss of the call, and perch keeps serving', { timeout: 10_000 }, async (t) => {
+  // The stand-in for a bug inside perch: the clock throws once the answer is being read.
+  class BreakableClock extends ManualClock {
+    broken = false;
+    override now(): number {
+      if (this.broken) throw new Error('clock exploded: secret internals');
+      return super.now();
+    }
+  }
+  const clock = new BreakableClock();
+  const x = fakeX();
+  const upstream = await startUpstream(t, x.behaviour);
+  const perch = await startPerch(t, testConfig(xUpstream(upstream.url, 'batch: { window_ms: 10 }')), { clock, timers: clock });
+  x.hold = true;
+  const pending = ['/v1/users/2', '/v1/users/3'].map((p) => perch.request(p));
+  await waitFor(() => clock.waiting === 1 + 2);
+  clock.advance(10);
+  await waitFor(() => x.held.length === 1);
+  clock.broken = true;
+  x.hold = false;
+  x.held.shift()!();
+  const results = await Promise.all(pending);
+  assert.deepEqual(
+    results.map((r) => [r.status, r.json().error.code]),
+    [
+      [500, 'E500'],
+      [500, 'E500'],
+    ],
+  );
+  clock.broken = false;
+  const again = perch.request('/v1/users/4');
+  await waitFor(() => clock.waiting === 2);
+  clock.advance(10);
+  assert.equal((await again).status, 200);
+});
+
 test('a client that leaves while its miss waits for a seat: the item still rides, and its answer is cached', { timeout: 10_000 }, async (t) => {
   const s = await setup(t, 'max_requests_per_second: 1, burst: 1, queue_timeout_ms: 5000');
   assert.equal((await s.perch.request('/v1/users/1')).status, 200);

@@ -33,6 +33,8 @@ export interface BatchOptions {
 interface Item {
   readonly attempt: Attempt;
   readonly resolve: (result: UpstreamResult) => void;
+  /** A bug below (a call never rejects otherwise): the miss fails as it would alone, a 500. */
+  readonly reject: (error: unknown) => void;
   cancelExpiry: () => void;
 }
 
@@ -131,7 +133,12 @@ export function createBatching(options: BatchOptions): Layer {
       // Each item's key was charged for its own miss above (chain.ts): the call charges no key.
       const payer = attempt.payer?.budget === undefined ? attempt.payer : { ...attempt.payer, budget: undefined };
       const down: Attempt = { ...attempt, ...(payer === undefined ? {} : { payer }), batch: { seal: () => seal(group, ticket) } };
-      void next(down).then((result) => settle(group, ticket, result));
+      next(down)
+        .then((result) => settle(group, ticket, result))
+        .catch((error: unknown) => {
+          for (const item of ticket.sealed ?? ticket.fixed ?? [ticket.lead]) item.reject(error);
+          schedule(group);
+        });
     }
 
     function seal(group: Group, ticket: Ticket): SealedBatch {
@@ -183,8 +190,8 @@ export function createBatching(options: BatchOptions): Layer {
     return (attempt) => {
       if (!isBatchable(attempt)) return next(attempt);
       const group = groupOf(attempt.request.endpoint);
-      return new Promise<UpstreamResult>((resolve) => {
-        const item: Item = { attempt, resolve, cancelExpiry: () => {} };
+      return new Promise<UpstreamResult>((resolve, reject) => {
+        const item: Item = { attempt, resolve, reject, cancelExpiry: () => {} };
         const turnedAway = group.pool.addBounded(attempt.payer ?? NO_PAYER, item, bound);
         if (turnedAway !== undefined) {
           turnedAway.cancelExpiry();
