@@ -345,6 +345,25 @@ test('a bug below the batch layer is 500 E500 for every miss of the call, and pe
   assert.equal((await again).status, 200);
 });
 
+test('a second key on the same miss joins its flight: the item is asked once, in the batch', { timeout: 10_000 }, async (t) => {
+  const s = await setup(t, 'batch: { window_ms: 10 }');
+  const alpha = await queued(s, ['/v1/users/2', '/v1/users/3'], 1 + 2);
+  // bravo's miss on 2 coalesces onto alpha's flight: no seat, no timer of its own.
+  const bravo = s.perch.request('/v1/users/2', { key: OTHER_KEY });
+  await waitFor(() => s.perch.received() === 3);
+  s.clock.advance(10);
+  const results = await Promise.all([...alpha, bravo]);
+  assert.deepEqual(
+    results.map((r) => [r.status, r.json().id, r.headers.get('cache-status')]),
+    [
+      [200, '2', 'perch; fwd=miss; stored'],
+      [200, '3', 'perch; fwd=miss; stored'],
+      [200, '2', 'perch; fwd=miss; collapsed; stored'],
+    ],
+  );
+  assert.deepEqual(sent(s.upstream), [`/2/users?ids=2,3&${USER_QUERY}`]);
+});
+
 test('a client that leaves while its miss waits for a seat: the item still rides, and its answer is cached', { timeout: 10_000 }, async (t) => {
   const s = await setup(t, 'max_requests_per_second: 1, burst: 1, queue_timeout_ms: 5000');
   assert.equal((await s.perch.request('/v1/users/1')).status, 200);
