@@ -204,6 +204,28 @@ test('a batch that fails whole fails each item, caches nothing, and counts once 
   assert.equal(s.upstream.requests.length, 3);
 });
 
+test('a batch answer in which no item could be answered weighs on the breaker as a single failure would', { timeout: 10_000 }, async (t) => {
+  const x = fakeX();
+  x.unknownError.add('2').add('3');
+  const s = await setup(t, 'batch: { window_ms: 10 }, breaker: { consecutive_failures: 1 }', '', x);
+  const pending = await queued(s, ['/v1/users/2', '/v1/users/3'], 1 + 2);
+  s.clock.advance(10);
+  assert.deepEqual(
+    (await Promise.all(pending)).map((r) => [r.status, r.json().error.code]),
+    [
+      [502, 'E502'],
+      [502, 'E502'],
+    ],
+  );
+  // One failure opens this breaker: the next miss is refused without a call.
+  const [next] = await queued(s, ['/v1/users/4'], 2);
+  s.clock.advance(10);
+  assert.equal((await next!).status, 502);
+  assert.equal(s.upstream.requests.length, 1);
+  const metrics = await (await fetch(`${s.perch.url}/metrics`)).text();
+  assert.match(metrics, /perch_upstream_refused_total\{upstream="x",route="user",reason="breaker_open"\} 1\n/);
+});
+
 test("the seats of a batch go in fair order across keys: a key's two misses are not pushed out by another's backlog", { timeout: 10_000 }, async (t) => {
   const s = await setup(t, 'max_requests_per_second: 1, burst: 1, queue_timeout_ms: 5000, batch: { max_items: 4, window_ms: 10 }');
   // alpha's six misses, then bravo's two, all within the window.

@@ -19,6 +19,8 @@ export interface FakeX {
   readonly protectedTweets: Set<string>;
   /** Items a batch answer names in neither `data` nor `errors`. */
   readonly omitted: Set<string>;
+  /** Items X answers with an error of a type perch does not know. */
+  readonly unknownError: Set<string>;
   /** Items X refuses as malformed: any call that lists one is 400 as a whole. */
   readonly malformed: Set<string>;
   /** Answers every call with this status (no body of interest) while set. */
@@ -67,6 +69,7 @@ export function fakeX(): FakeX {
     suspended: new Set(),
     protectedTweets: new Set(),
     omitted: new Set(),
+    unknownError: new Set(),
     malformed: new Set(),
     failWith: undefined,
     hold: false,
@@ -79,12 +82,13 @@ export function fakeX(): FakeX {
 
   function problem(kind: 'user' | 'tweet', parameter: string, item: string): Record<string, unknown> {
     const base = { value: item, resource_type: kind, parameter, resource_id: item };
+    if (x.unknownError.has(item)) return { ...base, title: 'Something Else', detail: 'Something else went wrong.', type: `${PROBLEMS}/something-else` };
     if (x.suspended.has(item)) return { ...base, title: 'Forbidden', detail: `User has been suspended: [${item}].`, type: `${PROBLEMS}/resource-not-found` };
     if (x.protectedTweets.has(item)) return { ...base, title: 'Authorization Error', detail: `Sorry, you are not authorized to see the Tweet with id: [${item}].`, type: `${PROBLEMS}/not-authorized-for-resource` };
     return { ...base, title: 'Not Found Error', detail: `Could not find ${kind} with ${parameter}: [${item}].`, type: `${PROBLEMS}/resource-not-found` };
   }
 
-  const gone = (item: string) => x.notFound.has(item) || x.suspended.has(item) || x.protectedTweets.has(item);
+  const gone = (item: string) => x.notFound.has(item) || x.suspended.has(item) || x.protectedTweets.has(item) || x.unknownError.has(item);
 
   function answer(req: IncomingMessage, res: ServerResponse): void {
     if (x.failWith !== undefined) return send(res, x.failWith.status, { title: 'failure' }, x.failWith.headers);
