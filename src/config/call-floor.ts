@@ -1,0 +1,16 @@
+/**
+ * The least of the miss deadline that must be left for perch to start a call (a failover, a
+ * retry, a call out of the provider's queue). A call with less could not be answered in time:
+ * the provider would bill it, perch would abandon it, and its timeout would be counted against
+ * an upstream that did nothing wrong. 50 ms is above a provider's usual round trip on the same
+ * continent and far below any `timeout_ms` worth configuring.
+ */
+export const MIN_CALL_MS = 50;
+
+/**
+ * The floor for a `miss_deadline_ms`: `MIN_CALL_MS`, or a tenth of a deadline shorter than
+ * 500 ms, so that a deadline configured that short still lets its first call out.
+ */
+export function callFloorMs(deadlineMs: number): number {
+  return Math.min(MIN_CALL_MS, Math.floor(deadlineMs / 10));
+}
