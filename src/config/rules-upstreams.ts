@@ -1,3 +1,4 @@
+import { callFloorMs } from './call-floor.js';
 import type { Infer } from './dsl.js';
 import type { UPSTREAM } from './schema-upstreams.js';
 import { NAME_PATTERN, childPath, field, indexPath, isMapping, type Problems } from './schema-helpers.js';
@@ -38,6 +39,21 @@ export function resolveUpstream(problems: Problems, up: FileUpstream, raw: unkno
     credentials: up.kind === 'v1' ? headerCredentials(problems, up, path) : bearerCredentials(problems, up, path, passThrough),
   };
   return resolved as UpstreamConfig;
+}
+
+/**
+ * A lone miss waits `batch.window_ms` for company within its own deadline, and its call then
+ * needs the floor of it (call-floor.ts): a longer window would make every lone lookup a 504.
+ */
+export function checkBatchWindows(problems: Problems, upstreams: Readonly<Record<string, UpstreamConfig>>, missDeadlineMs: number): void {
+  const floor = callFloorMs(missDeadlineMs);
+  for (const [name, up] of Object.entries(upstreams)) {
+    if (up.kind !== 'x_v2' || !up.batch.enabled || up.batch.window_ms <= missDeadlineMs - floor) continue;
+    problems.add(
+      childPath(childPath(childPath('upstreams', name), 'batch'), 'window_ms'),
+      `leaves a lone miss less than the ${floor} ms a call needs of server.miss_deadline_ms (${missDeadlineMs}): at most ${missDeadlineMs - floor}`,
+    );
+  }
 }
 
 /** The provider-protection rules: the burst needs a rate, backoffs and breaker waits in order. */

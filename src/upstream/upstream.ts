@@ -36,6 +36,15 @@ export function floorOf(attempt: Attempt): number {
   return attempt.minCallMs ?? MIN_CALL_MS;
 }
 
+/**
+ * The deadline a call must meet: a batch call's once its items are chosen (the latest of theirs),
+ * else its miss's. The guard and the retries weigh this one, so that no call, a batch's retry
+ * included, leaves with less than the floor of it.
+ */
+export function deadlineOf(attempt: Attempt): number {
+  return attempt.batch?.sealed?.deadline ?? attempt.deadline;
+}
+
 /** Whole milliseconds left before `deadline` (`performance.now()` time); negative once past. */
 export function msLeft(deadline: number): number {
   return Math.floor(deadline - performance.now());
@@ -76,8 +85,13 @@ export type UpstreamResult = (
    * it is then no exchange, and says nothing about the credential or the key that asked.
    */
   | { readonly kind: 'not_found'; readonly unasked?: true }
-  /** The upstream rejected the request's cursor (upstream 400 on a request with a cursor). */
-  | { readonly kind: 'bad_request'; readonly reason: string }
+  /**
+   * The upstream rejected the request's cursor (upstream 400 on a request with a cursor), or a
+   * batch call as a whole (`batch`: X refuses a batch for one item it cannot take). `proven`: a
+   * call of the same split was answered, so the provider serves calls of this form and the 400 is
+   * about the items (verdict.ts).
+   */
+  | { readonly kind: 'bad_request'; readonly reason: string; readonly batch?: { readonly proven: boolean } }
   /**
    * The provider said "stop": 429, a 503 with Retry-After, or its usage cap. `retryAfterSeconds`
    * is whole seconds, at least 1; `untilMs` the same instant on the clock.
@@ -167,13 +181,25 @@ export interface Attempt {
 export interface SealedBatch {
   /** The lead item's request first; one request: the provider's single lookup, as without batching. */
   readonly requests: readonly EndpointRequest[];
-  /** The earliest of the items' deadlines (`performance.now()` time): the call must answer every one. */
+  /**
+   * The latest of the items' deadlines (`performance.now()` time): the call's own, which no
+   * rider's shorter one cuts (a rider whose deadline passes is answered alone, batch.ts).
+   */
   readonly deadline: number;
+  /** A call of the same split was answered (batch-split.ts): a 400 on this one is about its items. */
+  readonly proven: boolean;
 }
 
 export interface BatchTicket {
   /** The items, chosen at the first call and the same for a retry or a switch of credential. */
   seal(): SealedBatch;
+  /** The items once chosen; undefined until the call first goes on the wire. */
+  readonly sealed: SealedBatch | undefined;
+  /**
+   * The cap refuses the call for now and it waits in the cap's queue: the misses waiting for a
+   * seat in it wait over the cap from now on, within `queue_timeout_ms`.
+   */
+  queued(): void;
 }
 
 /** Who a call is for: the client key whose miss makes it, and its plan's `provider_weight`. */

@@ -28,6 +28,8 @@ export interface FakeX {
   /** While true, calls wait in `held` until the test releases them. */
   hold: boolean;
   readonly held: (() => void)[];
+  /** For each call perch gave up on before X answered it: how long after it arrived, in ms. */
+  readonly abandoned: number[];
 }
 
 export function fakeUser(id: string, username = `user_${id}`): Record<string, unknown> {
@@ -74,7 +76,12 @@ export function fakeX(): FakeX {
     failWith: undefined,
     hold: false,
     held: [],
+    abandoned: [],
     behaviour: (req, res) => {
+      const arrived = performance.now();
+      res.on('close', () => {
+        if (!res.writableEnded) x.abandoned.push(performance.now() - arrived);
+      });
       if (x.hold) x.held.push(() => answer(req, res));
       else answer(req, res);
     },
