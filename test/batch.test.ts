@@ -782,3 +782,33 @@ test('the search stops where the deadline does: items whose deadlines passed are
   assert.equal((await later!).status, 200);
   assert.deepEqual(sent(s.upstream), [`/2/users?ids=1000,1001,1002,1003&${USER_QUERY}`, `/2/users?ids=1000,1001&${USER_QUERY}`, `/2/users/2000?${USER_QUERY}`]);
 });
+
+test('per-key calls and spend count each miss once, whatever its call\'s retries and splits', { timeout: 30_000 }, async (t) => {
+  const x = fakeX();
+  x.malformed.add('1050');
+  const { s, statuses } = await windowOf(t, x, ', price_per_call: 0.01', 101);
+  assert.equal(statuses.filter((status) => status === 200).length, 100);
+  // A call of 100 and its search (9 calls), the 101st alone.
+  assert.equal(s.upstream.requests.length, 10);
+  assert.equal(await metric(s.perch, 'perch_key_upstream_calls_total{key_id="alpha",upstream="x"}'), 101);
+  assert.equal(await metric(s.perch, 'perch_key_upstream_spend_total{key_id="alpha",upstream="x"}'), Array.from({ length: 101 }, () => 0.01).reduce((a, b) => a + b));
+  assert.equal(await metric(s.perch, 'perch_key_upstream_calls_saved_total{key_id="alpha",reason="batched"}'), 99);
+  assert.equal(await metric(s.perch, 'perch_upstream_batch_size_count{upstream="x",route="user"}'), 1);
+
+  // A batch call X fails once (a 502) is retried: its items are counted once.
+  let failures = 1;
+  const flaky = fakeX();
+  // A backoff of 0: the retry goes at once.
+  const r = await setup(t, 'retries: 1, retry_backoff_ms: 1, retry_backoff_max_ms: 1, batch: { window_ms: 10 }', '', flaky);
+  r.upstream.behaviour = (req, res) => (failures-- > 0 ? res.writeHead(502).end() : flaky.behaviour(req, res));
+  // The retry budget's floor grows a retry per 100 ms from the start.
+  r.clock.advance(1000);
+  const pending = await queued(r, ['/v1/users/1', '/v1/users/2', '/v1/users/3'], 1 + 3);
+  r.clock.advance(10);
+  assert.deepEqual(
+    (await Promise.all(pending)).map((res) => res.status),
+    [200, 200, 200],
+  );
+  assert.equal(r.upstream.requests.length, 2);
+  assert.equal(await metric(r.perch, 'perch_key_upstream_calls_total{key_id="alpha",upstream="x"}'), 3);
+});

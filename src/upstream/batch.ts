@@ -25,7 +25,7 @@ export interface BatchOptions {
   readonly queueTimeoutMs: number;
   /** How many misses may wait under the cap (`queue_size`): as many may wait for a seat over it. */
   readonly queueSize: number;
-  /** The upstream's `price_per_call`, for the items that ride in another's call. */
+  /** The upstream's `price_per_call`, billed once for each item. */
   readonly price?: number;
   readonly timers: Timers;
   readonly events: UpstreamEvents;
@@ -106,6 +106,10 @@ interface Group {
  * with the latest deadline of its own items, so that the search stops where the deadline does. A
  * call refused before the wire (a stop, the breaker, the throttle, its wait run out) was its
  * lead's: the lead gets the refusal, and the others wait on for the next call.
+ *
+ * Each item is billed once, in the per-key metrics, when it first goes on the wire: the call
+ * below carries no key's label or budget, so that neither its retries nor a split's calls count
+ * an item again.
  */
 export function createBatching(options: BatchOptions): Layer {
   const { upstream, config, queueTimeoutMs, queueSize, timers, events, price } = options;
@@ -200,8 +204,9 @@ export function createBatching(options: BatchOptions): Layer {
       };
       if (part === undefined) group.open.add(ticket);
       const { attempt } = lead;
-      // Each item's key was charged for its own miss above (chain.ts): the call charges no key.
-      const payer = attempt.payer?.budget === undefined ? attempt.payer : { ...attempt.payer, budget: undefined };
+      // Each item's key was charged for its own miss above (chain.ts) and is billed in the metrics
+      // once, at its first seal: the call carries neither the budget nor the label of any key.
+      const payer = attempt.payer === undefined ? undefined : { ...attempt.payer, budget: undefined, label: NO_PAYER.label };
       next({ ...attempt, ...(payer === undefined ? {} : { payer }), batch: ticket.batch })
         .then((result) => settle(group, ticket, result))
         .catch((error: unknown) => {
@@ -226,8 +231,9 @@ export function createBatching(options: BatchOptions): Layer {
       ticket.sealed = items;
       const sealed = sealedOf(items, false);
       ticket.batch.sealed = sealed;
+      for (const item of items) events.called(upstream, labelOf(item), price);
       if (items.length > 1) {
-        events.batched(upstream, group.endpoint, items.map(labelOf), price);
+        events.batched(upstream, group.endpoint, items.map(labelOf));
         // Each rider is answered alone when its own deadline passes, while the call, or the
         // search for an item at fault, goes on for the others.
         const alone: UpstreamResult = { ...DEADLINE_PASSED, batched: { size: items.length, lead: false } };

@@ -27,11 +27,12 @@ export interface UpstreamEvents {
    */
   called(upstream: string, keyId: string, price: number | undefined): void;
   /**
-   * One batch call on the wire, of `keyIds.length` items (their keys' metrics labels, `''` for
-   * perch's own; the lead's first): its size, and for each item that rode along (all but the
-   * lead, whose call the guard reported as `called`) a call saved and an item billed at `price`.
+   * One batch call of `keyIds.length` items (their keys' metrics labels, `''` for perch's own;
+   * the lead's first) on the wire for its misses (a split's calls are not counted again): its
+   * size, and a call saved for each item that rode along. Each item is billed, as `called`, once,
+   * when it first goes on the wire, whatever retries and splits follow.
    */
-  batched(upstream: string, route: EndpointName, keyIds: readonly string[], price: number | undefined): void;
+  batched(upstream: string, route: EndpointName, keyIds: readonly string[]): void;
   /** A call that waited in the cap's queue, for how long (admitted or not). */
   queued(upstream: string, seconds: number): void;
   /** A credential changed standing. */
