@@ -812,3 +812,46 @@ test('per-key calls and spend count each miss once, whatever its call\'s retries
   assert.equal(r.upstream.requests.length, 2);
   assert.equal(await metric(r.perch, 'perch_key_upstream_calls_total{key_id="alpha",upstream="x"}'), 3);
 });
+
+/** Every exchange with X perch counted, by outcome, and the duration histogram's count. */
+async function exchanges(perch: RunningPerch) {
+  const text = await (await fetch(`${perch.url}/metrics`)).text();
+  const outcomes: Record<string, number> = {};
+  for (const [, outcome, value] of text.matchAll(/^perch_upstream_requests_total\{upstream="x",route="user",outcome="([a-z_0-9]+)"\} (\d+)$/gm)) outcomes[outcome!] = Number(value);
+  const timed = /^perch_upstream_duration_seconds_count\{upstream="x",route="user"\} (\d+)$/m.exec(text);
+  return { outcomes, timed: timed === null ? 0 : Number(timed[1]) };
+}
+
+test('a batch call is counted once as an exchange when every rider was answered before it, and so is each call of a search', { timeout: 30_000 }, async (t) => {
+  const s = await setup(t, 'batch: { window_ms: 10 }');
+  const pending = await queued(s, ['/v1/users/2', '/v1/users/3', '/v1/users/4'], 1 + 3);
+  s.x.hold = true;
+  s.clock.advance(10);
+  await waitFor(() => s.x.held.length === 1);
+  // Every rider's deadline passes while X holds the call: each is answered 504 alone.
+  s.clock.advance(10_000);
+  assert.deepEqual(
+    (await Promise.all(pending)).map((r) => r.status),
+    [504, 504, 504],
+  );
+  s.x.hold = false;
+  s.x.held.shift()!();
+  // X answers the call all the same: one exchange, answered.
+  await waitFor(async () => (await exchanges(s.perch)).timed === 1).catch(async () => assert.fail(JSON.stringify(await exchanges(s.perch))));
+  assert.deepEqual(await exchanges(s.perch), { outcomes: { ok: 1 }, timed: 1 });
+
+  // A batch X refuses whole, and the four calls of its search: five exchanges.
+  const x = fakeX();
+  x.malformed.add('13');
+  const r = await setup(t, 'batch: { window_ms: 10 }', '', x);
+  const split = await queued(r, ['/v1/users/2', '/v1/users/13', '/v1/users/4', '/v1/users/5'], 1 + 4);
+  r.clock.advance(10);
+  assert.deepEqual(
+    (await Promise.all(split)).map((res) => res.status),
+    [200, 502, 200, 200],
+  );
+  assert.equal(r.upstream.requests.length, 5);
+  await waitFor(async () => (await exchanges(r.perch)).timed === 5).catch(async () => assert.fail(JSON.stringify(await exchanges(r.perch))));
+  // The batch and its first half refused whole, two halves answered, 13 alone refused.
+  assert.deepEqual(await exchanges(r.perch), { outcomes: { bad_request: 2, ok: 2, unexpected_status: 1 }, timed: 5 });
+});

@@ -5,7 +5,7 @@ import type { UpstreamEvents } from './events.js';
 import { BatchSplit, type SplitOutcome } from './batch-split.js';
 import { FairPool } from './fair-pool.js';
 import { NO_PAYER } from './guard/admission-queue.js';
-import { floorOf, msLeft, type Attempt, type BatchTicket, type Layer, type SealedBatch, type UpstreamResult } from './upstream.js';
+import { floorOf, msLeft, wasCalled, type Attempt, type BatchTicket, type Layer, type SealedBatch, type UpstreamResult } from './upstream.js';
 
 /** The lookups X answers for many items in one call: `/2/users?ids=`, `/2/users/by?usernames=`, `/2/tweets?ids=`. */
 const BATCHABLE: ReadonlySet<EndpointName> = new Set(['user', 'user_by_username', 'tweet']);
@@ -207,8 +207,13 @@ export function createBatching(options: BatchOptions): Layer {
       // Each item's key was charged for its own miss above (chain.ts) and is billed in the metrics
       // once, at its first seal: the call carries neither the budget nor the label of any key.
       const payer = attempt.payer === undefined ? undefined : { ...attempt.payer, budget: undefined, label: NO_PAYER.label };
+      const started = performance.now();
       next({ ...attempt, ...(payer === undefined ? {} : { payer }), batch: ticket.batch })
-        .then((result) => settle(group, ticket, result))
+        .then((result) => {
+          // The exchange is counted with the miss its answer reaches first; one that reaches
+          // none (every rider answered alone, a refusal the search goes on from) is counted here.
+          if (!settle(group, ticket, result) && wasCalled(result)) events.upstream(upstream, group.endpoint, result, (performance.now() - started) / 1000);
+        })
         .catch((error: unknown) => {
           for (const item of ticket.split?.items ?? ticket.sealed ?? [ticket.lead]) fail(item, error);
           schedule(group);
@@ -243,24 +248,30 @@ export function createBatching(options: BatchOptions): Layer {
       return sealed;
     }
 
-    function settle(group: Group, ticket: Ticket, result: UpstreamResult): void {
+    /** Answers the items of `ticket`'s call; whether a waiting miss took its answer as its own (the set counts the exchange). */
+    function settle(group: Group, ticket: Ticket, result: UpstreamResult): boolean {
       group.open.delete(ticket);
       const items = ticket.sealed;
+      let taken: boolean;
       if (items === undefined) {
         if (result.kind === 'refused' && result.reason === 'over_cap') {
           group.retryAfterSeconds = result.retryAfterSeconds;
           refusedByCap(group);
         }
+        taken = !ticket.lead.done;
         answer(ticket.lead, result);
       } else if (items.length === 1) {
+        taken = !items[0]!.done;
         answer(items[0]!, result);
         ticket.split?.settled(outcomeOf(result));
       } else if (result.kind === 'bad_request') {
+        taken = false;
         ticket.split?.settled('refused');
       } else {
         const { credential, limit } = result;
         // The call is one exchange, counted with the answer of the first item still waiting for it.
         const lead = items.find((item) => !item.done);
+        taken = lead !== undefined;
         items.forEach((item, i) => {
           const own = result.items === undefined ? result : { ...result.items[i]!, ...(credential === undefined ? {} : { credential }), ...(limit === undefined ? {} : { limit }) };
           answer(item, { ...own, batched: { size: items.length, lead: item === lead } });
@@ -276,6 +287,7 @@ export function createBatching(options: BatchOptions): Layer {
       }
       if (part !== undefined) send(group, part[0]!, split, part);
       schedule(group);
+      return taken;
     }
 
     function sealedOf(items: readonly Item[], proven: boolean): SealedBatch {

@@ -45,6 +45,11 @@ export interface UpstreamEvents {
   retry(upstream: string, route: EndpointName, decision: RetryDecision): void;
   /** A request left this upstream for the next of its route, and why (a result kind or failure). */
   failover(upstream: string, route: EndpointName, reason: string): void;
+  /**
+   * One exchange with the provider, timed: the upstream set reports each with the miss it
+   * answered; the batch layer a call no waiting miss took the answer of (batch.ts).
+   */
+  upstream(upstream: string, route: EndpointName, result: UpstreamResult, seconds: number): void;
 }
 
 /** Events nobody listens to, for tools and tests that need none. */
@@ -58,9 +63,5 @@ export const NO_EVENTS: UpstreamEvents = {
   breakerState: () => {},
   retry: () => {},
   failover: () => {},
+  upstream: () => {},
 };
-
-/** What the upstream set reports besides its layers' events: each answered exchange, timed. */
-export interface UpstreamSetEvents extends UpstreamEvents {
-  upstream(upstream: string, route: EndpointName, result: UpstreamResult, seconds: number): void;
-}
