@@ -6,7 +6,10 @@ import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';
 import { test, type TestContext } from 'node:test';
 import { parseConfig } from '../src/config/load.js';
+import { createBatching } from '../src/upstream/batch.js';
+import { NO_EVENTS } from '../src/upstream/events.js';
 import { CLOCK_GRANULARITY_MS } from '../src/upstream/guard/provider-state.js';
+import type { Attempt, UpstreamResult } from '../src/upstream/upstream.js';
 import { ManualClock } from './helpers/clock.js';
 import { fakeX, type FakeX } from './helpers/fake-x.js';
 import { KEY, OTHER_KEY, metric, startPerch, testConfig, waitFor, type RunningPerch } from './helpers/perch.js';
@@ -543,10 +546,14 @@ test('batch is an x_v2 key: other kinds refuse it by name, and its bounds are ch
   assert.throws(() => parseConfig(x('batch: { max_items: 101 }'), {}), /upstreams\.x\.batch\.max_items/);
   assert.throws(() => parseConfig(x('batch: { max_items: 0 }'), {}), /upstreams\.x\.batch\.max_items/);
   assert.throws(() => parseConfig(x('batch: { window_ms: 51 }'), {}), /upstreams\.x\.batch\.window_ms/);
-  // A lone miss waits its window within its deadline, which must leave the floor of a call.
-  const deadline = (ms: number) => x('batch: { window_ms: 50 }').replace('server: { host: 127.0.0.1, port: 0 }', `server: { host: 127.0.0.1, port: 0, miss_deadline_ms: ${ms} }`);
-  assert.throws(() => parseConfig(deadline(54), {}), /upstreams\.x\.batch\.window_ms: leaves a lone miss less than the 5 ms a call needs of server\.miss_deadline_ms \(54\): at most 49/);
-  assert.equal(parseConfig(deadline(55), {}).server.miss_deadline_ms, 55);
+  // A lone miss waits its window within its deadline, which must leave its call twice the floor
+  // and at least MIN_CALL_MS (50 ms).
+  const deadline = (ms: number, window = 50) => x(`batch: { window_ms: ${window} }`).replace('server: { host: 127.0.0.1, port: 0 }', `server: { host: 127.0.0.1, port: 0, miss_deadline_ms: ${ms} }`);
+  assert.throws(() => parseConfig(deadline(55), {}), /upstreams\.x\.batch\.window_ms: leaves a lone miss less than the 50 ms a call needs of server\.miss_deadline_ms \(55\): at most 5/);
+  assert.throws(() => parseConfig(deadline(99), {}), /server\.miss_deadline_ms \(99\): at most 49/);
+  assert.throws(() => parseConfig(deadline(20, 18), {}), /server\.miss_deadline_ms \(20\): at most 0/);
+  assert.equal(parseConfig(deadline(100), {}).server.miss_deadline_ms, 100);
+  assert.equal(parseConfig(deadline(55, 5), {}).server.miss_deadline_ms, 55);
   const config = parseConfig(x(''), {});
   const upstream = config.upstreams.x!;
   assert.ok(upstream.kind === 'x_v2');
@@ -854,4 +861,45 @@ test('a batch call is counted once as an exchange when every rider was answered 
   await waitFor(async () => (await exchanges(r.perch)).timed === 5).catch(async () => assert.fail(JSON.stringify(await exchanges(r.perch))));
   // The batch and its first half refused whole, two halves answered, 13 alone refused.
   assert.deepEqual(await exchanges(r.perch), { outcomes: { bad_request: 2, ok: 2, unexpected_status: 1 }, timed: 5 });
+});
+
+/**
+ * The batch layer alone over a call that seals its items and answers each, on a ManualClock:
+ * the window's end and a miss's wait for company race only on its timers (their lengths come
+ * from the real time left, read at once).
+ */
+function batchLayer(windowMs: number) {
+  const clock = new ManualClock();
+  const calls: string[][] = [];
+  const call = createBatching({ upstream: 'x', config: { enabled: true, max_items: 100, window_ms: windowMs }, queueTimeoutMs: 1000, queueSize: 10, timers: clock, events: NO_EVENTS })(async (attempt) => {
+    const { requests } = attempt.batch!.seal();
+    calls.push(requests.map((r) => r.params.user_id!));
+    const ok: UpstreamResult = { kind: 'ok', body: Buffer.from('{}') };
+    return requests.length === 1 ? ok : { ...ok, items: requests.map(() => ok) };
+  });
+  const miss = (id: string, deadlineMs: number, floorMs: number): Promise<UpstreamResult> =>
+    call({ request: { endpoint: 'user', params: { user_id: id }, path: `/v1/users/${id}` }, deadline: performance.now() + deadlineMs, minCallMs: floorMs } satisfies Attempt);
+  return { clock, calls, miss };
+}
+
+test('a window ends with at least twice the floor and 50 ms of its miss deadline left: the miss leads its call rather than wait out its time', { timeout: 10_000 }, async () => {
+  // A lone miss of 55 ms (floor 5) in a 50 ms window: its wait for company runs out at 49 ms;
+  // the window ends when it has 50 ms left (after 4 or 5 ms), not after 50.
+  const lone = batchLayer(50);
+  const alone = lone.miss('1', 55, 5);
+  await new Promise((resolve) => setImmediate(resolve));
+  lone.clock.advance(49);
+  assert.equal((await alone).kind, 'ok');
+  assert.deepEqual(lone.calls, [['1']]);
+
+  // A miss failing over with 90 ms left (floor 50) joins a window opened by a fresh one: the
+  // window ends now, and both ride the call, rather than it waiting 40 ms for its 504.
+  const failover = batchLayer(50);
+  const fresh = failover.miss('2', 10_000, 50);
+  await new Promise((resolve) => setImmediate(resolve));
+  const late = failover.miss('3', 90, 50);
+  await new Promise((resolve) => setImmediate(resolve));
+  failover.clock.advance(50);
+  assert.deepEqual([(await fresh).kind, (await late).kind], ['ok', 'ok']);
+  assert.deepEqual(failover.calls, [['2', '3']]);
 });

@@ -14,3 +14,13 @@ export const MIN_CALL_MS = 50;
 export function callFloorMs(deadlineMs: number): number {
   return Math.min(MIN_CALL_MS, Math.floor(deadlineMs / 10));
 }
+
+/**
+ * What a batch window must leave of a miss's deadline, with `floorMs` its floor: the floor twice
+ * over, so that the window ends a floor before the miss's own wait for company runs out (batch.ts)
+ * even when both timers are late, and never less than `MIN_CALL_MS`, so that waiting for company
+ * never leaves a call less than a provider's usual round trip, however short the deadline.
+ */
+export function windowLeavesMs(floorMs: number): number {
+  return Math.max(2 * floorMs, MIN_CALL_MS);
+}

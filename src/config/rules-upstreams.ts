@@ -1,4 +1,4 @@
-import { callFloorMs } from './call-floor.js';
+import { callFloorMs, windowLeavesMs } from './call-floor.js';
 import type { Infer } from './dsl.js';
 import type { UPSTREAM } from './schema-upstreams.js';
 import { NAME_PATTERN, childPath, field, indexPath, isMapping, type Problems } from './schema-helpers.js';
@@ -42,16 +42,18 @@ export function resolveUpstream(problems: Problems, up: FileUpstream, raw: unkno
 }
 
 /**
- * A lone miss waits `batch.window_ms` for company within its own deadline, and its call then
- * needs the floor of it (call-floor.ts): a longer window would make every lone lookup a 504.
+ * A lone miss waits `batch.window_ms` for company within its own deadline, and must have what a
+ * window leaves a call (call-floor.ts) when it ends; batch.ts ends a window that soon whatever
+ * the setting, so a longer one would be cut short on every lone lookup.
  */
 export function checkBatchWindows(problems: Problems, upstreams: Readonly<Record<string, UpstreamConfig>>, missDeadlineMs: number): void {
-  const floor = callFloorMs(missDeadlineMs);
+  const leaves = windowLeavesMs(callFloorMs(missDeadlineMs));
+  const most = Math.max(0, missDeadlineMs - leaves);
   for (const [name, up] of Object.entries(upstreams)) {
-    if (up.kind !== 'x_v2' || !up.batch.enabled || up.batch.window_ms <= missDeadlineMs - floor) continue;
+    if (up.kind !== 'x_v2' || !up.batch.enabled || up.batch.window_ms <= most) continue;
     problems.add(
       childPath(childPath(childPath('upstreams', name), 'batch'), 'window_ms'),
-      `leaves a lone miss less than the ${floor} ms a call needs of server.miss_deadline_ms (${missDeadlineMs}): at most ${missDeadlineMs - floor}`,
+      `leaves a lone miss less than the ${leaves} ms a call needs of server.miss_deadline_ms (${missDeadlineMs}): at most ${most}`,
     );
   }
 }

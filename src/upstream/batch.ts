@@ -5,7 +5,7 @@ import type { UpstreamEvents } from './events.js';
 import { BatchSplit, type SplitOutcome } from './batch-split.js';
 import { FairPool } from './fair-pool.js';
 import { NO_PAYER } from './guard/admission-queue.js';
-import { floorOf, msLeft, wasCalled, type Attempt, type BatchTicket, type Layer, type SealedBatch, type UpstreamResult } from './upstream.js';
+import { floorOf, msLeft, wasCalled, windowLeavesMs, type Attempt, type BatchTicket, type Layer, type SealedBatch, type UpstreamResult } from './upstream.js';
 
 /** The lookups X answers for many items in one call: `/2/users?ids=`, `/2/users/by?usernames=`, `/2/tweets?ids=`. */
 const BATCHABLE: ReadonlySet<EndpointName> = new Set(['user', 'user_by_username', 'tweet']);
@@ -70,6 +70,8 @@ interface Group {
   /** Seats waiting for company (the window, a call's way to the wire), bounded by their deadlines alone. */
   readonly company: Set<Item>;
   flushing: boolean;
+  /** The window while one runs: when it ends (`performance.now()` time), and its timer's cancel. */
+  window: { readonly end: number; readonly cancel: () => void } | undefined;
   /** The cap's latest estimate of a wait, in whole seconds: a seat whose wait ran out is told it. */
   retryAfterSeconds: number;
 }
@@ -123,7 +125,7 @@ export function createBatching(options: BatchOptions): Layer {
     function groupOf(endpoint: EndpointName): Group {
       let group = groups.get(endpoint);
       if (group === undefined) {
-        group = { endpoint, pool: new FairPool<Item>(), open: new Set(), company: new Set(), flushing: false, retryAfterSeconds: 1 };
+        group = { endpoint, pool: new FairPool<Item>(), open: new Set(), company: new Set(), flushing: false, window: undefined, retryAfterSeconds: 1 };
         groups.set(endpoint, group);
       }
       return group;
@@ -140,23 +142,56 @@ export function createBatching(options: BatchOptions): Layer {
       return false;
     }
 
-    function schedule(group: Group): void {
+    /**
+     * Sends the calls the waiting misses need, now or, when a miss finds no call open and the
+     * operator asked for one, after the window. `arriving`: the miss that just took a seat.
+     */
+    function schedule(group: Group, arriving?: Item): void {
+      // A miss with less time than the window would leave it (one failing over, above all) ends
+      // the window sooner, so that it still leads a call rather than wait out its deadline.
+      if (arriving !== undefined && group.window !== undefined && companyEnd(arriving) < group.window.end) openWindow(group, companyEnd(arriving));
       if (group.flushing || !short(group)) return;
       group.flushing = true;
-      const flush = () => {
-        group.flushing = false;
-        while (short(group)) {
-          // The first call goes first: it takes the next in fair order. A call opened behind
-          // others takes the item fair order would seat last, so that the seats of the calls
-          // ahead go to those due first (a key with two misses behind another's backlog).
-          const lead = group.open.size === 0 ? group.pool.take()! : group.pool.takeLast()!;
-          seated(group, lead);
-          send(group, lead);
-        }
+      if (group.open.size === 0 && config.window_ms > 0) {
+        let end = performance.now() + config.window_ms;
+        for (const item of group.company) end = Math.min(end, companyEnd(item));
+        openWindow(group, end);
+      } else {
+        // DataLoader's schedule: after the promise jobs already queued, at the end of this tick.
+        void Promise.resolve().then(() => process.nextTick(() => flush(group)));
+      }
+    }
+
+    function openWindow(group: Group, end: number): void {
+      group.window?.cancel();
+      group.window = {
+        end,
+        cancel: timers.after(Math.max(0, Math.floor(end - performance.now())), () => {
+          group.window = undefined;
+          flush(group);
+        }),
       };
-      if (group.open.size === 0 && config.window_ms > 0) timers.after(config.window_ms, flush);
-      // DataLoader's schedule: after the promise jobs already queued, at the end of this tick.
-      else void Promise.resolve().then(() => process.nextTick(flush));
+    }
+
+    function flush(group: Group): void {
+      group.flushing = false;
+      while (short(group)) {
+        // The first call goes first: it takes the next in fair order. A call opened behind
+        // others takes the item fair order would seat last, so that the seats of the calls
+        // ahead go to those due first (a key with two misses behind another's backlog).
+        const lead = group.open.size === 0 ? group.pool.take()! : group.pool.takeLast()!;
+        seated(group, lead);
+        send(group, lead);
+      }
+    }
+
+    /**
+     * The latest a window may end for `item` to lead a call: what a window leaves a call before its
+     * deadline (call-floor.ts), at least a floor before its wait for company runs out (`wait`), so
+     * that the window's end comes first even when both timers are late.
+     */
+    function companyEnd(item: Item): number {
+      return item.attempt.deadline - windowLeavesMs(floorOf(item.attempt));
     }
 
     /** `item` waits for a seat: for company until the cap refuses a call it waits for, then over the cap. */
@@ -336,7 +371,7 @@ export function createBatching(options: BatchOptions): Layer {
           group.pool.add(payer, item);
         }
         wait(group, item, overCap);
-        schedule(group);
+        schedule(group, item);
       });
     };
   };

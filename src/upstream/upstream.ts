@@ -29,7 +29,7 @@ export interface ProviderLimit {
  */
 export type RefusalReason = 'cooling_down' | 'usage_capped' | 'over_cap' | 'breaker_open' | 'throttled' | 'no_credential' | 'budget_spent' | 'no_time';
 
-export { MIN_CALL_MS, callFloorMs } from '../config/call-floor.js';
+export { MIN_CALL_MS, callFloorMs, windowLeavesMs } from '../config/call-floor.js';
 
 /** The floor an attempt carries, `MIN_CALL_MS` where none was set. */
 export function floorOf(attempt: Attempt): number {
