@@ -16,6 +16,8 @@ interface Run {
    * the split is proven, and an item at fault asked alone (its single lookup's 400).
    */
   readonly failuresInARow: number;
+  /** Whether the search found the form refused; its items not yet asked are then each asked alone (calls and answers included). */
+  readonly formRefused: boolean;
 }
 
 /** Items 0..n-1, refused whole in a first call, searched with `outcome` deciding each call (default: refused while it carries an item at fault). */
@@ -35,7 +37,13 @@ function search(n: number, atFault: ReadonlySet<number>, outcome?: (items: reado
     else if (said !== 'failed') inARow = 0;
     split.settled(said);
   }
-  return { calls, answers, failuresInARow };
+  if (split.formRefused) {
+    for (const i of split.unasked) {
+      calls.push([i]);
+      answers[i]!++;
+    }
+  }
+  return { calls, answers, failuresInARow, formRefused: split.formRefused };
 }
 
 /** The bound docs/upstreams.md states: k items at fault among n cost at most k * (ceil(log2 n) + 2) + 1 calls. */
@@ -120,7 +128,7 @@ test('any batch, any items at fault, any failures: each item gets exactly one an
   );
 });
 
-test('the split is proven once a call of it is answered, and not by a failure', { timeout: 10_000 }, () => {
+test('the split is proven once a call of two or more of it is answered, not by a single lookup nor a failure', { timeout: 10_000 }, () => {
   const split = new BatchSplit([1, 2, 3, 4]);
   assert.equal(split.proven, false);
   assert.deepEqual(split.next(), [1, 2]);
@@ -130,10 +138,67 @@ test('the split is proven once a call of it is answered, and not by a failure', 
   assert.equal(split.proven, false);
   assert.deepEqual(split.next(), [2]);
   split.settled('answered');
-  assert.equal(split.proven, true);
+  // A single lookup is another form of call: its answer proves nothing of batch calls.
+  assert.equal(split.proven, false);
+  // 1 said nothing: 2 answered alone does not clear [1, 2], and the search goes on.
+  assert.equal(split.formRefused, false);
   // The half set aside when [1, 2] was refused.
   assert.deepEqual(split.next(), [3, 4]);
   split.settled('answered');
+  assert.equal(split.proven, true);
   assert.equal(split.next(), undefined);
   assert.throws(() => split.settled('answered'), /without a call under way/);
+});
+
+test('a refused set whose items are each answered alone: the provider refuses the form, and the search ends', { timeout: 10_000 }, () => {
+  // X refuses every call of two or more and answers every single lookup.
+  const form = (items: readonly number[]): SplitOutcome => (items.length > 1 ? 'refused' : 'answered');
+  const run = search(100, new Set(), form);
+  assert.equal(run.formRefused, true);
+  assert.deepEqual(
+    run.calls.slice(0, 10).map((c) => c.length),
+    // The halvings down to a pair, each item of the pair alone; then the 98 others alone.
+    [100, 50, 25, 13, 7, 4, 2, 1, 1, 1],
+  );
+  assert.deepEqual(run.answers, Array.from({ length: 100 }, () => 1));
+  // n + ceil(log2 n) calls, the refused one included, against n without batching.
+  assert.equal(run.calls.length, 107);
+  for (let n = 2; n <= 100; n++) {
+    const { calls, answers } = search(n, new Set(), form);
+    assert.ok(calls.length <= n + Math.ceil(Math.log2(n)), `n ${n}: ${calls.length} calls`);
+    assert.deepEqual(answers, Array.from({ length: n }, () => 1));
+  }
+  // Once a call of two or more is answered, no refusal is taken for the form's.
+  const split = new BatchSplit([1, 2, 3, 4, 5, 6]);
+  assert.deepEqual(split.next(), [1, 2, 3]);
+  split.settled('answered');
+  assert.deepEqual(split.next(), [4, 5]);
+  split.settled('refused');
+  assert.deepEqual(split.next(), [4]);
+  split.settled('answered');
+  assert.deepEqual(split.next(), [5]);
+  split.settled('answered');
+  assert.equal(split.formRefused, false);
+  assert.deepEqual(split.next(), [6]);
+});
+
+test('any batch, items at fault and failures, X refusing the form or not: each item gets exactly one answer', { timeout: 60_000 }, () => {
+  fc.assert(
+    fc.property(
+      fc.integer({ min: 2, max: 100 }).chain((n) => fc.tuple(fc.constant(n), fc.uniqueArray(fc.nat(n - 1), { maxLength: n }), fc.array(fc.boolean(), { maxLength: 40 }), fc.boolean())),
+      ([n, faulty, fails, formRefused]) => {
+        // The batch was refused: for its form, or for an item at fault.
+        fc.pre(formRefused || faulty.length > 0);
+        const atFault = new Set(faulty);
+        let call = 0;
+        const outcome = (items: readonly number[]): SplitOutcome =>
+          fails[call++] === true ? 'failed' : (formRefused && items.length > 1) || items.some((i) => atFault.has(i)) ? 'refused' : 'answered';
+        const run = search(n, atFault, outcome);
+        assert.deepEqual(run.answers, Array.from({ length: n }, () => 1));
+        // Only a provider refusing the form is ever taken for one.
+        if (!formRefused) assert.equal(run.formRefused, false);
+      },
+    ),
+    { numRuns: 500, seed: 59 },
+  );
 });

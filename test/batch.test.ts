@@ -12,6 +12,7 @@ import { CLOCK_GRANULARITY_MS } from '../src/upstream/guard/provider-state.js';
 import type { Attempt, UpstreamResult } from '../src/upstream/upstream.js';
 import { ManualClock } from './helpers/clock.js';
 import { fakeX, type FakeX } from './helpers/fake-x.js';
+import { captureLogs } from './helpers/log-capture.js';
 import { KEY, OTHER_KEY, metric, startPerch, testConfig, waitFor, type RunningPerch } from './helpers/perch.js';
 import { startRedis } from './helpers/redis-server.js';
 import { startUpstream, type TestUpstream } from './helpers/upstream-server.js';
@@ -871,7 +872,7 @@ test('a batch call is counted once as an exchange when every rider was answered 
 function batchLayer(windowMs: number) {
   const clock = new ManualClock();
   const calls: string[][] = [];
-  const call = createBatching({ upstream: 'x', config: { enabled: true, max_items: 100, window_ms: windowMs }, queueTimeoutMs: 1000, queueSize: 10, timers: clock, events: NO_EVENTS })(async (attempt) => {
+  const call = createBatching({ upstream: 'x', config: { enabled: true, max_items: 100, window_ms: windowMs }, queueTimeoutMs: 1000, queueSize: 10, timers: clock, events: NO_EVENTS, logger: captureLogs().logger })(async (attempt) => {
     const { requests } = attempt.batch!.seal();
     calls.push(requests.map((r) => r.params.user_id!));
     const ok: UpstreamResult = { kind: 'ok', body: Buffer.from('{}') };
@@ -902,4 +903,45 @@ test('a window ends with at least twice the floor and 50 ms of its miss deadline
   failover.clock.advance(50);
   assert.deepEqual([(await fresh).kind, (await late).kind], ['ok', 'ok']);
   assert.deepEqual(failover.calls, [['2', '3']]);
+});
+
+test('X refusing every batch call and serving single lookups: the search finds it in a few calls, and misses go alone for a minute', { timeout: 30_000 }, async (t) => {
+  const x = fakeX();
+  x.refusesBatches = true;
+  const { s, ids, statuses } = await windowOf(t, x);
+  assert.deepEqual(
+    statuses,
+    ids.map(() => 200),
+  );
+  const sizes = sent(s.upstream).map((url) => new URL(url, 'http://x').searchParams.get('ids')?.split(',').length ?? 1);
+  // The refused batch and its halvings down to a pair, the pair's items alone: no item at fault,
+  // so X refuses the form. The 98 others go alone, at once: 107 calls, 100 with batching off.
+  assert.deepEqual(sizes.slice(0, 9), [100, 50, 25, 13, 7, 4, 2, 1, 1]);
+  assert.deepEqual(sizes.slice(9), Array.from({ length: 98 }, () => 1));
+  assert.deepEqual([...asked(s.upstream).slice(-100)].sort(), ids);
+  // X serves the single lookups: its breaker stays closed. Each miss is billed once.
+  assert.equal(await metric(s.perch, 'perch_upstream_refused_total{upstream="x",route="user",reason="breaker_open"}'), undefined);
+  assert.equal(await metric(s.perch, 'perch_key_upstream_calls_total{key_id="alpha",upstream="x"}'), 100);
+  assert.equal(s.perch.logs.text().split('\n').filter((l) => l.includes('provider refuses batch calls')).length, 1);
+
+  // For a minute, misses go alone at once, without a window.
+  const calls = s.upstream.requests.length;
+  const pending = ['/v1/users/1', '/v1/users/2', '/v1/users/3'].map((p) => s.perch.request(p));
+  await waitFor(() => s.upstream.requests.length === calls + 3).catch(() => assert.fail('the misses waited for a window'));
+  const alone = await Promise.all(pending);
+  assert.deepEqual(
+    alone.map((r) => r.status),
+    [200, 200, 200],
+  );
+  assert.deepEqual(sent(s.upstream).slice(calls).sort(), ['1', '2', '3'].map((id) => `/2/users/${id}?${USER_QUERY}`));
+  // Then a batch is tried again.
+  s.clock.advance(60_000);
+  x.refusesBatches = false;
+  const again = await queued(s, ['/v1/users/4', '/v1/users/5'], 1 + 2);
+  s.clock.advance(10);
+  assert.deepEqual(
+    (await Promise.all(again)).map((r) => r.status),
+    [200, 200],
+  );
+  assert.deepEqual(sent(s.upstream).slice(calls + 3), [`/2/users?ids=4,5&${USER_QUERY}`]);
 });

@@ -1,5 +1,6 @@
 import type { BatchConfig } from '../config/types.js';
 import type { EndpointName } from '../endpoints.js';
+import type { Logger } from '../logging/logger.js';
 import type { Timers } from '../timers.js';
 import type { UpstreamEvents } from './events.js';
 import { BatchSplit, type SplitOutcome } from './batch-split.js';
@@ -29,7 +30,16 @@ export interface BatchOptions {
   readonly price?: number;
   readonly timers: Timers;
   readonly events: UpstreamEvents;
+  readonly logger: Logger;
 }
+
+/**
+ * How long an endpoint's misses go alone once the provider was found refusing its batch calls
+ * and serving its single lookups (batch-split.ts): long enough that finding it again, a few calls
+ * of a search, costs little beside the single lookups; short enough that batching resumes soon
+ * after the provider takes batch calls again.
+ */
+export const FORM_REFUSED_MS = 60_000;
 
 interface Item {
   readonly attempt: Attempt;
@@ -40,6 +50,8 @@ interface Item {
   cancelTimer: () => void;
   /** It has its answer: a later one (the call it rode in, after its deadline) is dropped. */
   done: boolean;
+  /** It went on the wire and was billed: it is not billed again when asked alone after a search. */
+  billed: boolean;
 }
 
 /** One call down the layers for the misses of one endpoint. */
@@ -74,6 +86,8 @@ interface Group {
   window: { readonly end: number; readonly cancel: () => void } | undefined;
   /** The cap's latest estimate of a wait, in whole seconds: a seat whose wait ran out is told it. */
   retryAfterSeconds: number;
+  /** The provider refuses this endpoint's batch calls: each miss goes alone until the timer ends it. */
+  alone: { readonly cancel: () => void } | undefined;
 }
 
 /**
@@ -105,7 +119,9 @@ interface Group {
  * answered 504 alone, and the call goes on for the others. A call that failed as a whole (429,
  * 5xx, timeout) fails each of its items as it would have failed alone; one the provider refused
  * as a bad request is searched for the items at fault (batch-split.ts), each call of the search
- * with the latest deadline of its own items, so that the search stops where the deadline does. A
+ * with the latest deadline of its own items, so that the search stops where the deadline does;
+ * when the search finds the provider refusing the batch form itself, the misses of the endpoint go
+ * alone for `FORM_REFUSED_MS`, those of the search first. A
  * call refused before the wire (a stop, the breaker, the throttle, its wait run out) was its
  * lead's: the lead gets the refusal, and the others wait on for the next call.
  *
@@ -114,8 +130,7 @@ interface Group {
  * an item again.
  */
 export function createBatching(options: BatchOptions): Layer {
-  const { upstream, config, queueTimeoutMs, queueSize, timers, events, price } = options;
-  const seats = config.max_items - 1;
+  const { upstream, config, queueTimeoutMs, queueSize, timers, events, price, logger } = options;
   // Misses waiting for a seat over the cap count as misses waiting under it (`queue_size`),
   // beyond the seats of the next call.
   const bound = queueSize + config.max_items;
@@ -125,15 +140,20 @@ export function createBatching(options: BatchOptions): Layer {
     function groupOf(endpoint: EndpointName): Group {
       let group = groups.get(endpoint);
       if (group === undefined) {
-        group = { endpoint, pool: new FairPool<Item>(), open: new Set(), company: new Set(), flushing: false, window: undefined, retryAfterSeconds: 1 };
+        group = { endpoint, pool: new FairPool<Item>(), open: new Set(), company: new Set(), flushing: false, window: undefined, retryAfterSeconds: 1, alone: undefined };
         groups.set(endpoint, group);
       }
       return group;
     }
 
+    /** How many items a call of `group` carries at most. */
+    function itemsOf(group: Group): number {
+      return group.alone === undefined ? config.max_items : 1;
+    }
+
     /** More misses wait than the open calls have seats for. */
     function short(group: Group): boolean {
-      return group.pool.size > group.open.size * seats;
+      return group.pool.size > group.open.size * (itemsOf(group) - 1);
     }
 
     /** Whether the cap refuses a call the seats wait for now. */
@@ -152,7 +172,7 @@ export function createBatching(options: BatchOptions): Layer {
       if (arriving !== undefined && group.window !== undefined && companyEnd(arriving) < group.window.end) openWindow(group, companyEnd(arriving));
       if (group.flushing || !short(group)) return;
       group.flushing = true;
-      if (group.open.size === 0 && config.window_ms > 0) {
+      if (group.open.size === 0 && config.window_ms > 0 && group.alone === undefined) {
         let end = performance.now() + config.window_ms;
         for (const item of group.company) end = Math.min(end, companyEnd(item));
         openWindow(group, end);
@@ -262,7 +282,7 @@ export function createBatching(options: BatchOptions): Layer {
       if (ticket.split !== undefined) return ticket.batch.sealed!;
       group.open.delete(ticket);
       const items = [ticket.lead];
-      while (items.length < config.max_items) {
+      while (items.length < itemsOf(group)) {
         const rider = group.pool.take();
         if (rider === undefined) break;
         seated(group, rider);
@@ -271,7 +291,11 @@ export function createBatching(options: BatchOptions): Layer {
       ticket.sealed = items;
       const sealed = sealedOf(items, false);
       ticket.batch.sealed = sealed;
-      for (const item of items) events.called(upstream, labelOf(item), price);
+      for (const item of items) {
+        if (item.billed) continue;
+        item.billed = true;
+        events.called(upstream, labelOf(item), price);
+      }
       if (items.length > 1) {
         events.batched(upstream, group.endpoint, items.map(labelOf));
         // Each rider is answered alone when its own deadline passes, while the call, or the
@@ -321,8 +345,28 @@ export function createBatching(options: BatchOptions): Layer {
         part = split!.next();
       }
       if (part !== undefined) send(group, part[0]!, split, part);
+      else if (split?.formRefused === true) aloneFor(group, split.unasked);
       schedule(group);
       return taken;
+    }
+
+    /**
+     * The provider refused the batch and answered its items alone (batch-split.ts): the items the
+     * search had not asked wait for a call again, each alone as every miss of the endpoint for
+     * `FORM_REFUSED_MS`, as without batching (under the cap, in fair order, at once).
+     */
+    function aloneFor(group: Group, unasked: readonly Item[]): void {
+      if (group.alone === undefined) {
+        logger.warn({ upstream, route: group.endpoint, seconds: FORM_REFUSED_MS / 1000 }, 'provider refuses batch calls and answers single lookups: misses go alone for now');
+      }
+      group.alone?.cancel();
+      group.alone = { cancel: timers.after(FORM_REFUSED_MS, () => (group.alone = undefined)) };
+      const overCap = capRefuses(group);
+      for (const item of unasked) {
+        if (item.done) continue;
+        group.pool.add(item.attempt.payer ?? NO_PAYER, item);
+        wait(group, item, overCap);
+      }
     }
 
     function sealedOf(items: readonly Item[], proven: boolean): SealedBatch {
@@ -358,7 +402,7 @@ export function createBatching(options: BatchOptions): Layer {
       if (!isBatchable(attempt)) return next(attempt);
       const group = groupOf(attempt.request.endpoint);
       return new Promise<UpstreamResult>((resolve, reject) => {
-        const item: Item = { attempt, resolve, reject, cancelTimer: () => {}, done: false };
+        const item: Item = { attempt, resolve, reject, cancelTimer: () => {}, done: false, billed: false };
         const payer = attempt.payer ?? NO_PAYER;
         const overCap = capRefuses(group);
         if (overCap) {

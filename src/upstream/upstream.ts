@@ -88,8 +88,8 @@ export type UpstreamResult = (
   /**
    * The upstream rejected the request's cursor (upstream 400 on a request with a cursor), or a
    * batch call as a whole (`batch`: X refuses a batch for one item it cannot take). `proven`: a
-   * call of the same split was answered, so the provider serves calls of this form and the 400 is
-   * about the items (verdict.ts).
+   * call of two or more items of the same split was answered, so the provider serves calls of this
+   * form and the 400 is about the items (verdict.ts).
    */
   | { readonly kind: 'bad_request'; readonly reason: string; readonly batch?: { readonly proven: boolean } }
   /**
@@ -186,7 +186,7 @@ export interface SealedBatch {
    * rider's shorter one cuts (a rider whose deadline passes is answered alone, batch.ts).
    */
   readonly deadline: number;
-  /** A call of the same split was answered (batch-split.ts): a 400 on this one is about its items. */
+  /** A call of two or more of the same split was answered (batch-split.ts): a 400 on this one is about its items. */
   readonly proven: boolean;
 }
 

@@ -12,8 +12,8 @@ export type Judge = 'breaker' | 'throttle';
  * never made, a timeout the miss deadline imposed a cut of the request's own time, a mapping gap
  * one answer's missing piece: none says the upstream is down.
  *
- * The one case the two judges weigh apart: a batch X refused whole (400) before any call of its
- * split was answered. It may be X refusing every call (a field it dropped), which the single
+ * The one case the two judges weigh apart: a batch X refused whole (400) before any call of two
+ * or more items of its split was answered. It may be X refusing every call (a field it dropped), which the single
  * lookups' 400s would show the breaker as failures: the breaker counts it as one. The throttle
  * counts it neither way, or the split's own calls, which find the items at fault, would be shed.
  */

@@ -25,6 +25,8 @@ export interface FakeX {
   readonly malformed: Set<string>;
   /** Answers every call with this status (no body of interest) while set. */
   failWith: { status: number; headers?: Record<string, string> } | undefined;
+  /** While true, every batch call of two or more items is 400 (X refusing the form), and single lookups are answered. */
+  refusesBatches: boolean;
   /** While true, calls wait in `held` until the test releases them. */
   hold: boolean;
   readonly held: (() => void)[];
@@ -74,6 +76,7 @@ export function fakeX(): FakeX {
     unknownError: new Set(),
     malformed: new Set(),
     failWith: undefined,
+    refusesBatches: false,
     hold: false,
     held: [],
     abandoned: [],
@@ -116,7 +119,7 @@ export function fakeX(): FakeX {
     const list = url.searchParams.get(parameter);
     if ((path !== '/2/users' && path !== '/2/users/by' && path !== '/2/tweets') || list === null) return send(res, 404, { title: 'Not Found' });
     const asked = list.split(',');
-    if (asked.length > 100 || asked.some((a) => x.malformed.has(a.toLowerCase()))) return send(res, 400, { title: 'Invalid Request' });
+    if (asked.length > 100 || asked.some((a) => x.malformed.has(a.toLowerCase())) || (x.refusesBatches && asked.length > 1)) return send(res, 400, { title: 'Invalid Request' });
     const kind = path === '/2/tweets' ? 'tweet' : 'user';
     const data: unknown[] = [];
     const errors: unknown[] = [];
