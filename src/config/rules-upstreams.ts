@@ -1,3 +1,4 @@
+import { callFloorMs, windowLeavesMs } from './call-floor.js';
 import type { Infer } from './dsl.js';
 import type { UPSTREAM } from './schema-upstreams.js';
 import { NAME_PATTERN, childPath, field, indexPath, isMapping, type Problems } from './schema-helpers.js';
@@ -38,6 +39,23 @@ export function resolveUpstream(problems: Problems, up: FileUpstream, raw: unkno
     credentials: up.kind === 'v1' ? headerCredentials(problems, up, path) : bearerCredentials(problems, up, path, passThrough),
   };
   return resolved as UpstreamConfig;
+}
+
+/**
+ * A lone miss waits `batch.window_ms` for company within its own deadline, and must have what a
+ * window leaves a call (call-floor.ts) when it ends; batch.ts ends a window that soon whatever
+ * the setting, so a longer one would be cut short on every lone lookup.
+ */
+export function checkBatchWindows(problems: Problems, upstreams: Readonly<Record<string, UpstreamConfig>>, missDeadlineMs: number): void {
+  const leaves = windowLeavesMs(callFloorMs(missDeadlineMs));
+  const most = Math.max(0, missDeadlineMs - leaves);
+  for (const [name, up] of Object.entries(upstreams)) {
+    if (up.kind !== 'x_v2' || !up.batch.enabled || up.batch.window_ms <= most) continue;
+    problems.add(
+      childPath(childPath(childPath('upstreams', name), 'batch'), 'window_ms'),
+      `leaves a lone miss less than the ${leaves} ms a call needs of server.miss_deadline_ms (${missDeadlineMs}): at most ${most}`,
+    );
+  }
 }
 
 /** The provider-protection rules: the burst needs a rate, backoffs and breaker waits in order. */

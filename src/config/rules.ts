@@ -3,7 +3,7 @@ import { OPERATIONAL_PATHS } from '../url-table.js';
 import { resolveKeys, type SecretsSeen } from './rules-keys.js';
 import { checkRedis } from './rules-redis.js';
 import { checkTracing } from './rules-tracing.js';
-import { resolveUpstream } from './rules-upstreams.js';
+import { checkBatchWindows, resolveUpstream } from './rules-upstreams.js';
 import type { FileConfig } from './schema.js';
 import { childPath, field, indexPath, isMapping, type Problems } from './schema-helpers.js';
 import type { AdminConfig, AuthConfig, Config, UpstreamConfig } from './types.js';
@@ -39,6 +39,7 @@ export function applyRules(problems: Problems, file: FileConfig, raw: Record<str
       resolveUpstream(problems, up, isMapping(rawUpstreams) ? field(rawUpstreams, name) : undefined, childPath('upstreams', name), auth.mode === 'upstream'),
     ]),
   );
+  checkBatchWindows(problems, upstreams, server.miss_deadline_ms);
   if (file.cache.redis !== undefined) checkRedis(problems, file.cache.redis, 'cache.redis');
   if (file.rate_limits_redis !== undefined) checkRedis(problems, file.rate_limits_redis, 'rate_limits_redis');
   checkMetricsPath(problems, file.metrics.path);

@@ -163,7 +163,7 @@ export class PerchMetrics implements UpstreamEvents {
     });
     this.#keyCalls = new Counter({
       name: 'perch_key_upstream_calls_total',
-      help: "Provider calls a client key's misses made (retries and failover attempts included), and items of batch calls they rode in (one per miss, as X bills), by key id and upstream.",
+      help: "Provider calls a client key's misses made (retries and failover attempts included); an x_v2 lookup that may be batched counts one per miss and upstream, as X bills items, whatever call it rode in, by key id and upstream.",
       labelNames: ['key_id', 'upstream'],
       registers,
     });
@@ -404,12 +404,9 @@ export class PerchMetrics implements UpstreamEvents {
     if (price !== undefined) this.#counter(this.#keySpend, `ks|${keyId}|${upstream}`, { key_id: keyId, upstream }).inc(price);
   }
 
-  batched(upstream: string, route: EndpointName, keyIds: readonly string[], price: number | undefined): void {
+  batched(upstream: string, route: EndpointName, keyIds: readonly string[]): void {
     this.#histogram(this.#batchSize, `bs|${upstream}|${route}`, { upstream, route }).observe(keyIds.length);
-    for (const keyId of keyIds.slice(1)) {
-      this.called(upstream, keyId, price);
-      if (keyId !== '') this.#keySaved.inc(keyId, 'batched');
-    }
+    for (const keyId of keyIds.slice(1)) if (keyId !== '') this.#keySaved.inc(keyId, 'batched');
   }
 
   queued(upstream: string, seconds: number): void {

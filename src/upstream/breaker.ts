@@ -75,7 +75,7 @@ export function createBreaker(options: BreakerOptions): Breaker {
   function observe(result: UpstreamResult, started: number, probe: boolean): void {
     if (probe) probing = false;
     if (started !== generation) return;
-    const verdict = verdictOf(result);
+    const verdict = verdictOf(result, 'breaker');
     if (verdict === 'neutral') return;
     if (probe) {
       if (verdict === 'success') {

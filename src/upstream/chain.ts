@@ -108,7 +108,7 @@ export function buildUpstream(name: string, config: UpstreamConfig, options: Cha
   const batched: Layer[] = batching
     ? [
         createBudget({ ...budget, charges: isBatchable }),
-        createBatching({ upstream: name, config: config.batch, queueTimeoutMs: config.queue_timeout_ms, queueSize: config.queue_size, price: config.price_per_call, timers, events }),
+        createBatching({ upstream: name, config: config.batch, queueTimeoutMs: config.queue_timeout_ms, queueSize: config.queue_size, price: config.price_per_call, timers, events, logger }),
       ]
     : [];
   const call = compose(

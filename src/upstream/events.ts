@@ -27,11 +27,12 @@ export interface UpstreamEvents {
    */
   called(upstream: string, keyId: string, price: number | undefined): void;
   /**
-   * One batch call on the wire, of `keyIds.length` items (their keys' metrics labels, `''` for
-   * perch's own; the lead's first): its size, and for each item that rode along (all but the
-   * lead, whose call the guard reported as `called`) a call saved and an item billed at `price`.
+   * One batch call of `keyIds.length` items (their keys' metrics labels, `''` for perch's own;
+   * the lead's first) on the wire for its misses (a split's calls are not counted again): its
+   * size, and a call saved for each item that rode along. Each item is billed, as `called`, once,
+   * when it first goes on the wire, whatever retries and splits follow.
    */
-  batched(upstream: string, route: EndpointName, keyIds: readonly string[], price: number | undefined): void;
+  batched(upstream: string, route: EndpointName, keyIds: readonly string[]): void;
   /** A call that waited in the cap's queue, for how long (admitted or not). */
   queued(upstream: string, seconds: number): void;
   /** A credential changed standing. */
@@ -44,6 +45,11 @@ export interface UpstreamEvents {
   retry(upstream: string, route: EndpointName, decision: RetryDecision): void;
   /** A request left this upstream for the next of its route, and why (a result kind or failure). */
   failover(upstream: string, route: EndpointName, reason: string): void;
+  /**
+   * One exchange with the provider, timed: the upstream set reports each with the miss it
+   * answered; the batch layer a call no waiting miss took the answer of (batch.ts).
+   */
+  upstream(upstream: string, route: EndpointName, result: UpstreamResult, seconds: number): void;
 }
 
 /** Events nobody listens to, for tools and tests that need none. */
@@ -57,9 +63,5 @@ export const NO_EVENTS: UpstreamEvents = {
   breakerState: () => {},
   retry: () => {},
   failover: () => {},
+  upstream: () => {},
 };
-
-/** What the upstream set reports besides its layers' events: each answered exchange, timed. */
-export interface UpstreamSetEvents extends UpstreamEvents {
-  upstream(upstream: string, route: EndpointName, result: UpstreamResult, seconds: number): void;
-}

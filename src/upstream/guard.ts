@@ -5,7 +5,7 @@ import type { Timers } from '../timers.js';
 import type { UpstreamEvents } from './events.js';
 import { AdmissionQueue, NO_PAYER } from './guard/admission-queue.js';
 import { ANY, compileCap, type CallCap, type ProviderState, type StopState } from './guard/provider-state.js';
-import { floorOf, msLeft, secondsUntil, type Attempt, type Credential, type Layer, type RefusalReason, type UpstreamResult } from './upstream.js';
+import { deadlineOf, floorOf, msLeft, secondsUntil, type Attempt, type Credential, type Layer, type RefusalReason, type UpstreamResult } from './upstream.js';
 
 export interface GuardOptions {
   readonly upstream: string;
@@ -82,16 +82,18 @@ export function createGuard(options: GuardOptions): Guard {
 
     // No call without time to answer it: the queue waits only while a call could still follow.
     const floor = floorOf(attempt);
-    if (msLeft(attempt.deadline) < floor) return refuse(attempt, 'no_time', 1);
+    const deadline = deadlineOf(attempt);
+    if (msLeft(deadline) < floor) return refuse(attempt, 'no_time', 1);
     // Unique across the fleet: it is the call's member in the shared logs and lease set.
     const leaseId = randomUUID();
-    const maxWaitMs = Math.min(config.queue_timeout_ms, msLeft(attempt.deadline) - floor);
+    const maxWaitMs = Math.min(config.queue_timeout_ms, msLeft(deadline) - floor);
     const payer = attempt.payer ?? NO_PAYER;
     const span = attempt.trace?.child('provider queue', 'internal', { 'perch.upstream': upstream });
     const { admission, waitedMs } = await queue.admit(
       payer,
       (fair) => state.admit({ upstream, scope, candidates, cap, localCap, leaseId, leaseMs, payer, ...fair }),
       maxWaitMs,
+      attempt.batch === undefined ? undefined : () => attempt.batch!.queued(),
     );
     if (span !== undefined) {
       span.set('perch.queue.admission', admission.kind);
@@ -106,7 +108,7 @@ export function createGuard(options: GuardOptions): Guard {
     // A wait the deadline ended is still the cap's answer: its Retry-After tells the client when
     // a call would go.
     if (admission.kind === 'over_cap') return refuse(attempt, 'over_cap', Math.max(1, Math.ceil(admission.waitMs / 1000)));
-    if (msLeft(attempt.deadline) < floor) {
+    if (msLeft(deadline) < floor) {
       // Admitted too late to be answered: the place taken under the cap is given back uncalled.
       if (capped) state.finish(upstream, leaseId);
       queue.wake();

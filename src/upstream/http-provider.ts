@@ -7,7 +7,7 @@ import { ownedBytes } from '../bytes.js';
 import type { EndpointRequest } from '../endpoints.js';
 import { providerLimit } from './provider-limit.js';
 import { rateLimitUntil } from './retry-after.js';
-import { msLeft, secondsUntil, type Attempt, type Provider, type UpstreamFailure, type UpstreamResult } from './upstream.js';
+import { msLeft, secondsUntil, type Attempt, type Provider, type SealedBatch, type UpstreamFailure, type UpstreamResult } from './upstream.js';
 
 export interface HttpProviderOptions {
   readonly clock: Clock;
@@ -69,9 +69,11 @@ export function createHttpProvider(name: string, config: V1UpstreamConfig | XV2U
     const { credential } = attempt;
     // A batch call chooses its items now, on the wire; one item is the single lookup.
     const sealed = attempt.batch?.seal();
-    const requests = sealed !== undefined && sealed.requests.length > 1 && dialect.batch !== undefined ? sealed.requests : undefined;
+    const batch = sealed !== undefined && sealed.requests.length > 1 && dialect.batch !== undefined ? sealed : undefined;
     const request = sealed?.requests[0] ?? attempt.request;
-    const left = Math.max(1, msLeft(sealed === undefined ? attempt.deadline : Math.min(attempt.deadline, sealed.deadline)));
+    // A batch call answers its latest rider in time; a rider whose deadline comes sooner is
+    // answered alone (batch.ts). The guard let the call go only with the floor of this left.
+    const left = Math.max(1, msLeft(sealed?.deadline ?? attempt.deadline));
     const timeoutMs = Math.min(config.timeout_ms, left);
     const abort = new AbortController();
     const timer = setTimeout(() => abort.abort(), timeoutMs);
@@ -79,11 +81,11 @@ export function createHttpProvider(name: string, config: V1UpstreamConfig | XV2U
     const own = credential === undefined ? base : (headersFor.get(credential.id) ?? { ...base, ...credential.headers });
     const headers = attempt.traceHeaders === undefined ? own : { ...own, ...attempt.traceHeaders };
     try {
-      const path = requests === undefined ? dialect.path(request) : dialect.batch!.path(requests);
+      const path = batch === undefined ? dialect.path(request) : dialect.batch!.path(batch.requests);
       const response = await dispatcher.request({ origin, path, method: 'GET', headers, signal: abort.signal });
       const now = options.clock.now();
       const limit = providerLimit(response.headers, now);
-      const result = await classify(request, response, config, dialect, now, requests);
+      const result = await classify(request, response, config, dialect, now, batch);
       return limit === undefined ? result : { ...result, limit };
     } catch (error) {
       if (abort.signal.aborted) {
@@ -105,7 +107,7 @@ async function classify(
   config: V1UpstreamConfig | XV2UpstreamConfig,
   dialect: Dialect,
   now: number,
-  batch: readonly EndpointRequest[] | undefined,
+  batch: SealedBatch | undefined,
 ): Promise<UpstreamResult> {
   const { statusCode, headers } = response;
   if (statusCode >= 200 && statusCode < 300) {
@@ -119,7 +121,7 @@ async function classify(
     } catch {
       return failed('bad_body', `status ${statusCode} with a body that is not JSON`, statusCode);
     }
-    return batch === undefined ? dialect.success(request, parsed, body, statusCode) : dialect.batch!.success(batch, parsed, statusCode);
+    return batch === undefined ? dialect.success(request, parsed, body, statusCode) : dialect.batch!.success(batch.requests, parsed, statusCode);
   }
   const retryAfter = header(headers['retry-after']);
   // The one error body perch reads, and only for its problem type: X answers a spent monthly
@@ -142,7 +144,7 @@ async function classify(
   // A batch's 400 is one of its items (X fails the whole call for one it cannot take): the batch
   // layer splits the call until that item is alone.
   if (statusCode === 400 && request.cursor !== undefined) return { kind: 'bad_request', reason: 'status 400 on a cursor' };
-  if (statusCode === 400 && batch !== undefined) return { kind: 'bad_request', reason: `status 400 on a batch of ${batch.length}` };
+  if (statusCode === 400 && batch !== undefined) return { kind: 'bad_request', reason: `status 400 on a batch of ${batch.requests.length}`, batch: { proven: batch.proven } };
   if (dialect.rejectsCredential.includes(statusCode)) return failed('unauthorized', `status ${statusCode}: the provider rejected the credential`, statusCode);
   if (dialect.forbidsEndpoint?.includes(statusCode)) return failed('forbidden', `status ${statusCode}: the provider does not serve this endpoint to the credential`, statusCode);
   if (statusCode >= 500) return failed('status_5xx', `status ${statusCode}`, statusCode);

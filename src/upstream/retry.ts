@@ -3,7 +3,7 @@ import type { ProviderProtectionConfig } from '../config/types.js';
 import { wait, type Timers } from '../timers.js';
 import type { RetryDecision, UpstreamEvents } from './events.js';
 import { SlidingCounts } from './sliding-counts.js';
-import { floorOf, type Attempt, type Layer, type UpstreamResult } from './upstream.js';
+import { deadlineOf, floorOf, type Attempt, type Layer, type UpstreamResult } from './upstream.js';
 
 export interface RetryOptions {
   readonly upstream: string;
@@ -66,8 +66,8 @@ export function createRetry(options: RetryOptions): Layer {
   function decide(retried: number, backoffMs: number, attempt: Attempt): RetryDecision {
     if (retried >= config.retries) return 'exhausted';
     // The retry must start with time to be answered, or it is a call the provider bills and
-    // perch abandons.
-    if (monotonic() + backoffMs + floorOf(attempt) > attempt.deadline) return 'no_time';
+    // perch abandons; a batch call's time is its latest rider's.
+    if (monotonic() + backoffMs + floorOf(attempt) > deadlineOf(attempt)) return 'no_time';
     const now = clock.now();
     const [requests, retries] = window.totals(now);
     // Counting this retry, so the window never holds more than the budget: a share of 20% is at

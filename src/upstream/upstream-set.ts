@@ -6,7 +6,7 @@ import type { Logger } from '../logging/logger.js';
 import type { Timers } from '../timers.js';
 import { buildUpstream, type BuiltUpstream, type UpstreamStatus } from './chain.js';
 import type { BudgetBook } from './budget-book.js';
-import type { UpstreamSetEvents } from './events.js';
+import type { UpstreamEvents } from './events.js';
 import type { ProviderState } from './guard/provider-state.js';
 import { callFloorMs, isPayerRefusal, isWaitRefusal, msLeft, wasCalled, type Attempt, type UpstreamResult } from './upstream.js';
 
@@ -33,7 +33,7 @@ export interface UpstreamSetOptions {
   /** Per-upstream dispatcher override, by upstream name (tests inject faults this way). */
   readonly dispatchers?: Readonly<Record<string, Dispatcher>>;
   /** Told about every exchange, failover attempts included. */
-  readonly metrics?: UpstreamSetEvents;
+  readonly metrics?: UpstreamEvents;
   /** The throttles' shedding draw, [0, 1); default Math.random. */
   readonly random?: () => number;
   /** This instance's record of each key's provider-call budget, kept across reloads. */
@@ -107,7 +107,8 @@ export class UpstreamSet {
         called ||= exchanged;
         payerRefused ||= result.kind === 'refused' && isPayerRefusal(result.reason);
         const routed = { result, upstream: name, ms: performance.now() - started, called, payerRefused };
-        // A batch call is one exchange, counted with its lead item's answer.
+        // A batch call is one exchange, counted with its lead item's answer (or by the batch
+        // layer when no item waited for it).
         if (exchanged && result.batched?.lead !== false) this.#metrics?.upstream(name, request.endpoint, result, routed.ms / 1000);
         decided = better(decided, routed);
         // A client's key the provider rejected is the client's answer: the next upstream would not

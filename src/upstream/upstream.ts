@@ -1,5 +1,6 @@
 import type { ProviderCallBudget } from '../config/types.js';
 import type { EndpointRequest } from '../endpoints.js';
+import { MIN_CALL_MS } from '../config/call-floor.js';
 import type { TraceSpan } from '../tracing/trace-span.js';
 
 /**
@@ -28,26 +29,20 @@ export interface ProviderLimit {
  */
 export type RefusalReason = 'cooling_down' | 'usage_capped' | 'over_cap' | 'breaker_open' | 'throttled' | 'no_credential' | 'budget_spent' | 'no_time';
 
-/**
- * The least of the miss deadline that must be left for perch to start a call (a failover, a
- * retry, a call out of the provider's queue). A call with less could not be answered in time:
- * the provider would bill it, perch would abandon it, and its timeout would be counted against
- * an upstream that did nothing wrong. 50 ms is above a provider's usual round trip on the same
- * continent and far below any `timeout_ms` worth configuring.
- */
-export const MIN_CALL_MS = 50;
-
-/**
- * The floor for a `miss_deadline_ms`: `MIN_CALL_MS`, or a tenth of a deadline shorter than
- * 500 ms, so that a deadline configured that short still lets its first call out.
- */
-export function callFloorMs(deadlineMs: number): number {
-  return Math.min(MIN_CALL_MS, Math.floor(deadlineMs / 10));
-}
+export { MIN_CALL_MS, callFloorMs, windowLeavesMs } from '../config/call-floor.js';
 
 /** The floor an attempt carries, `MIN_CALL_MS` where none was set. */
 export function floorOf(attempt: Attempt): number {
   return attempt.minCallMs ?? MIN_CALL_MS;
+}
+
+/**
+ * The deadline a call must meet: a batch call's once its items are chosen (the latest of theirs),
+ * else its miss's. The guard and the retries weigh this one, so that no call, a batch's retry
+ * included, leaves with less than the floor of it.
+ */
+export function deadlineOf(attempt: Attempt): number {
+  return attempt.batch?.sealed?.deadline ?? attempt.deadline;
 }
 
 /** Whole milliseconds left before `deadline` (`performance.now()` time); negative once past. */
@@ -90,8 +85,13 @@ export type UpstreamResult = (
    * it is then no exchange, and says nothing about the credential or the key that asked.
    */
   | { readonly kind: 'not_found'; readonly unasked?: true }
-  /** The upstream rejected the request's cursor (upstream 400 on a request with a cursor). */
-  | { readonly kind: 'bad_request'; readonly reason: string }
+  /**
+   * The upstream rejected the request's cursor (upstream 400 on a request with a cursor), or a
+   * batch call as a whole (`batch`: X refuses a batch for one item it cannot take). `proven`: a
+   * call of two or more items of the same split was answered, so the provider serves calls of this
+   * form and the 400 is about the items (verdict.ts).
+   */
+  | { readonly kind: 'bad_request'; readonly reason: string; readonly batch?: { readonly proven: boolean } }
   /**
    * The provider said "stop": 429, a 503 with Retry-After, or its usage cap. `retryAfterSeconds`
    * is whole seconds, at least 1; `untilMs` the same instant on the clock.
@@ -181,13 +181,25 @@ export interface Attempt {
 export interface SealedBatch {
   /** The lead item's request first; one request: the provider's single lookup, as without batching. */
   readonly requests: readonly EndpointRequest[];
-  /** The earliest of the items' deadlines (`performance.now()` time): the call must answer every one. */
+  /**
+   * The latest of the items' deadlines (`performance.now()` time): the call's own, which no
+   * rider's shorter one cuts (a rider whose deadline passes is answered alone, batch.ts).
+   */
   readonly deadline: number;
+  /** A call of two or more of the same split was answered (batch-split.ts): a 400 on this one is about its items. */
+  readonly proven: boolean;
 }
 
 export interface BatchTicket {
   /** The items, chosen at the first call and the same for a retry or a switch of credential. */
   seal(): SealedBatch;
+  /** The items once chosen; undefined until the call first goes on the wire. */
+  readonly sealed: SealedBatch | undefined;
+  /**
+   * The cap refuses the call for now and it waits in the cap's queue: the misses waiting for a
+   * seat in it wait over the cap from now on, within `queue_timeout_ms`.
+   */
+  queued(): void;
 }
 
 /** Who a call is for: the client key whose miss makes it, and its plan's `provider_weight`. */

@@ -25,9 +25,13 @@ export interface FakeX {
   readonly malformed: Set<string>;
   /** Answers every call with this status (no body of interest) while set. */
   failWith: { status: number; headers?: Record<string, string> } | undefined;
+  /** While true, every batch call of two or more items is 400 (X refusing the form), and single lookups are answered. */
+  refusesBatches: boolean;
   /** While true, calls wait in `held` until the test releases them. */
   hold: boolean;
   readonly held: (() => void)[];
+  /** For each call perch gave up on before X answered it: how long after it arrived, in ms. */
+  readonly abandoned: number[];
 }
 
 export function fakeUser(id: string, username = `user_${id}`): Record<string, unknown> {
@@ -72,9 +76,15 @@ export function fakeX(): FakeX {
     unknownError: new Set(),
     malformed: new Set(),
     failWith: undefined,
+    refusesBatches: false,
     hold: false,
     held: [],
+    abandoned: [],
     behaviour: (req, res) => {
+      const arrived = performance.now();
+      res.on('close', () => {
+        if (!res.writableEnded) x.abandoned.push(performance.now() - arrived);
+      });
       if (x.hold) x.held.push(() => answer(req, res));
       else answer(req, res);
     },
@@ -109,7 +119,7 @@ export function fakeX(): FakeX {
     const list = url.searchParams.get(parameter);
     if ((path !== '/2/users' && path !== '/2/users/by' && path !== '/2/tweets') || list === null) return send(res, 404, { title: 'Not Found' });
     const asked = list.split(',');
-    if (asked.length > 100 || asked.some((a) => x.malformed.has(a.toLowerCase()))) return send(res, 400, { title: 'Invalid Request' });
+    if (asked.length > 100 || asked.some((a) => x.malformed.has(a.toLowerCase())) || (x.refusesBatches && asked.length > 1)) return send(res, 400, { title: 'Invalid Request' });
     const kind = path === '/2/tweets' ? 'tweet' : 'user';
     const data: unknown[] = [];
     const errors: unknown[] = [];

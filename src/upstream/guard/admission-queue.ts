@@ -113,9 +113,10 @@ export class AdmissionQueue {
    * Asks `tryAdmit` until it admits or reports a stop, waiting its key's turn while it says the
    * cap is full. Answers `over_cap` at once when the queue is full and this call is the furthest
    * ahead, else when `maxWaitMs` runs out before the cap admits it (a call may end and free a
-   * place sooner than the cap's estimate).
+   * place sooner than the cap's estimate). `waiting` is told when the call starts waiting: from
+   * then on the cap refuses it (a batch call's seats wait over the cap too, batch.ts).
    */
-  async admit(payer: Payer, tryAdmit: TryAdmit, maxWaitMs: number): Promise<{ admission: Admission; waitedMs: number }> {
+  async admit(payer: Payer, tryAdmit: TryAdmit, maxWaitMs: number, waiting?: () => void): Promise<{ admission: Admission; waitedMs: number }> {
     const started = this.#clock.now();
     if (this.#length === 0) {
       const waits = maxWaitMs > 0 && this.#size > 0;
@@ -136,6 +137,7 @@ export class AdmissionQueue {
       if (flow.waiters.length === 0) flow.start = Math.max(this.#virtualTime, flow.finish);
       flow.waiters.push(waiter);
       this.#length++;
+      waiting?.();
       if (this.#length === 1) this.#scheduleWake(Math.min(this.#lastWaitMs, this.#renewMs));
       // A key that goes ahead of the waiting ones asks now, not at the wake-up set for them: in a
       // fleet the ask registers its turn in the shared cap, which another instance asking at the
