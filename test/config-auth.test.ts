@@ -26,6 +26,9 @@ describe('auth.mode: upstream', () => {
       remembered_keys: 100000,
       verify_rate_per_second: 1,
       verify_burst: 20,
+      verify_source_share: 0.25,
+      revalidate_rate_per_second: 10,
+      revalidate_burst: 100,
     });
   });
 

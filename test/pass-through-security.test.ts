@@ -89,7 +89,8 @@ test(`a provider's own 404 for a key accepts it`, { timeout: 20_000 }, async (t)
 test('made-up keys share one verification bound: 300 of them make verify_burst calls, the rest are 429, and an accepted key survives them', { timeout: 30_000 }, async (t) => {
   const upstream = await startUpstream(t, checking);
   const clock = new ManualClock();
-  const perch = await startPerch(t, passThroughYaml('v1', upstream.url, ', verify_burst: 20, verify_rate_per_second: 2, remembered_keys: 10'), { clock, timers: clock });
+  // One client address: no share of it apart (pass-through-attack.test.ts tests that).
+  const perch = await startPerch(t, passThroughYaml('v1', upstream.url, ', verify_burst: 20, verify_rate_per_second: 2, verify_source_share: 1, remembered_keys: 10'), { clock, timers: clock });
   assert.equal((await perch.request('/v1/users/1', { key: GOOD })).status, 200);
 
   const answers = await Promise.all(Array.from({ length: 300 }, () => perch.request('/v1/users/1', { key: madeUpKey() })));

@@ -83,7 +83,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     // not even which routes exist.
     const presented = x.req.headers['x-api-key'];
     const { keys, verifier } = deps.live.current;
-    const forwarded = verifier?.authenticate(presented);
+    const forwarded = verifier?.authenticate(presented, x.req.socket.remoteAddress);
     const client = verifier === undefined ? keys.authenticate(presented, x.req.socket) : forwarded;
     // Started after the key is checked: a caller's trace context counts for an accepted key only.
     if (tracing !== undefined) x.trace = tracing.request(x.req, x.requestId, forwarded === undefined ? client !== undefined : verifier!.accepted(forwarded));
@@ -97,7 +97,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     // A plan with free hits needs to know whether the cache can answer before it can price the
     // request, so the cache is looked at first; the entry found then is the one served.
     const plan = rateLimits.plan(deps.live.current.config, client);
-    const hit = methodAllowed && match.kind === 'endpoint' && plan.costOfHit === 0 ? cache.hit(match.request.path, client) : undefined;
+    const hit = methodAllowed && match.kind === 'endpoint' && plan.costOfHit === 0 ? cache.hit(match.request, client) : undefined;
     const verdict = rateLimits.take(client, plan, hit === undefined ? 1 : 0);
     if (verdict instanceof Promise) return verdict.then((v) => admit(x, match, methodAllowed, v, hit));
     return admit(x, match, methodAllowed, verdict, hit);
@@ -121,7 +121,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     if (!methodAllowed) return fail(x, 'E405', ['allow', 'GET, HEAD']);
     if (match.kind === 'invalid') return fail(x, 'E400', [], match.message);
     // A memory hit is answered synchronously: no await on the hottest path.
-    const served = hit ?? cache.hit(match.request.path, x.client!);
+    const served = hit ?? cache.hit(match.request, x.client!);
     if (served !== undefined) return respond(x, served);
     return cache.fetch(match.request, x.client!, x.trace).then((fetched) => respond(x, fetched));
   }

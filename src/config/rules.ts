@@ -9,7 +9,17 @@ import { childPath, field, indexPath, isMapping, type Problems } from './schema-
 import type { AdminConfig, AuthConfig, Config, UpstreamConfig } from './types.js';
 
 /** Keys of `auth` that only mode `upstream` reads. */
-const UPSTREAM_ONLY = ['default_plan', 'verify_ttl_seconds', 'reject_ttl_seconds', 'remembered_keys', 'verify_rate_per_second', 'verify_burst'] as const;
+const UPSTREAM_ONLY = [
+  'default_plan',
+  'verify_ttl_seconds',
+  'reject_ttl_seconds',
+  'remembered_keys',
+  'verify_rate_per_second',
+  'verify_burst',
+  'verify_source_share',
+  'revalidate_rate_per_second',
+  'revalidate_burst',
+] as const;
 
 /** Paths perch answers itself besides metrics: metrics must not shadow one. */
 const RESERVED_PATHS = Object.keys(OPERATIONAL_PATHS);

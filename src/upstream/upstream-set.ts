@@ -131,6 +131,15 @@ export class UpstreamSet {
     this.#logger[level]({ upstream: name, route: endpoint, reason, next }, 'upstream failover');
   }
 
+  /**
+   * The answer perch makes itself to a request the first upstream of its route cannot match (an
+   * id X cannot have): what a call would have got, as the walk ends on it (known-answer.ts).
+   * Undefined: the request is the provider's to answer.
+   */
+  known(request: EndpointRequest): UpstreamResult | undefined {
+    return this.#upstreams.get(this.#routes[request.endpoint][0]!)!.known?.(request);
+  }
+
   /** Per upstream, whether it can be called now and why not, for `/readyz` and `/status`. */
   status(): Record<string, UpstreamStatus> {
     return Object.fromEntries([...this.#upstreams].map(([name, upstream]) => [name, upstream.status()]));

@@ -149,9 +149,10 @@ export interface Attempt {
   readonly minCallMs?: number;
   /**
    * Pass-through auth: the client's own key, sent in place of a configured credential, and the
-   * id that names it in logs and provider stops.
+   * id that names it in logs and provider stops. `verifying`: the provider has not accepted the
+   * key on this endpoint lately, so its answer is about the key before it is about the provider.
    */
-  readonly clientKey?: { readonly id: string; readonly key: string };
+  readonly clientKey?: { readonly id: string; readonly key: string; readonly verifying?: boolean };
   /**
    * Chosen by the guard, or set from `clientKey` before any layer runs; the provider call sends
    * its headers.

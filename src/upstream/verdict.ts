@@ -8,8 +8,14 @@ export type Verdict = 'failure' | 'success' | 'neutral';
  * 401/403 is a credential the pool takes out (or an endpoint it stops asking on it), a 429 a stop the guard honours, a refusal a call
  * never made, a timeout the miss deadline imposed a cut of the request's own time, a mapping gap
  * one answer's missing piece: none says the upstream is down.
+ *
+ * `verifying`: the call verifies a client's key (pass-through auth), a key anyone can make up,
+ * whatever its length or bytes. Only the provider's own faults count then (a 5xx, a reset, a
+ * timeout): any other answer (a 400 from a front that refuses a 9 KB header, a 401, an odd body)
+ * is about the key, or made-up keys could open the breaker and shed calls for every client.
  */
-export function verdictOf(result: UpstreamResult): Verdict {
+export function verdictOf(result: UpstreamResult, verifying = false): Verdict {
+  if (verifying && result.kind === 'failed') return result.failure === 'status_5xx' || result.failure === 'connection' ? 'failure' : 'neutral';
   switch (result.kind) {
     case 'ok':
     case 'not_found':

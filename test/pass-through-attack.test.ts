@@ -1,0 +1,294 @@
+// Pass-through auth tried as an attacker would (issue 57): with no key, with made-up keys, or with
+// the genuine key of a smaller plan, over real HTTP against a stand-in for X that answers 401 to a
+// token it does not know and 403 client-forbidden to an endpoint outside a token's plan. Clients
+// come from addresses of their own (127.0.0.x), as a flood and its victims would.
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { test, type TestContext } from 'node:test';
+import { Agent, request } from 'undici';
+import { onCleanup } from './helpers/cleanup.js';
+import { ManualClock } from './helpers/clock.js';
+import { fakeX, type FakeX } from './helpers/fake-x.js';
+import { startPerch, waitFor, type RunningPerch } from './helpers/perch.js';
+import { startRedis } from './helpers/redis-server.js';
+import { startUpstream, type TestUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
+
+/** Tokens of X's full plan, and one of a plan that covers user lookups only. */
+const GENUINE = 'AAAAAAAAAAAAAAAAAAAAAGenuineAppToken%2Bfull';
+const NEWCOMERS = ['AAAAAAAAAAAAAAAAAAAAANewcomerOne%2Bfull', 'AAAAAAAAAAAAAAAAAAAAANewcomerTwo%2Bfull', 'AAAAAAAAAAAAAAAAAAAAANewcomerThree%2Bfull'];
+const USERS_ONLY = 'AAAAAAAAAAAAAAAAAAAAAUserLookupsOnly%2Bsmall';
+/** An id X can have no user for: 20 digits. perch answers it 404 itself. */
+const IMPOSSIBLE = '/v1/users/12345678901234567890';
+
+type Product = 'users' | 'tweets';
+
+/** What X's plans cover, by the path of the call: user lookups or tweet lookups. */
+function productOf(path: string): Product {
+  return path.startsWith('/2/tweets') ? 'tweets' : 'users';
+}
+
+interface XOptions {
+  /** Each token X knows, and the products of its plan; any other token is 401. */
+  readonly plans: ReadonlyMap<string, ReadonlySet<Product>>;
+  /** A front that answers 400 to a header line longer than this (nginx: 8 KiB), as it would before X sees it. */
+  readonly maxHeaderLine?: number;
+}
+
+const ALL: ReadonlySet<Product> = new Set(['users', 'tweets']);
+
+/**
+ * X's lookups (fake-x.ts) behind X's own checks of the bearer token: 401 Unauthorized to a token
+ * it does not know, 403 client-forbidden to a known token outside its plan.
+ */
+function checkedX(x: FakeX, options: XOptions): UpstreamBehaviour {
+  return (req, res) => {
+    const authorization = req.headers.authorization ?? '';
+    const send = (status: number, body: object) => {
+      res.writeHead(status, { 'content-type': 'application/problem+json' });
+      res.end(JSON.stringify(body));
+    };
+    if (options.maxHeaderLine !== undefined && `authorization: ${authorization}`.length > options.maxHeaderLine) {
+      return send(400, { title: 'Request Header Or Cookie Too Large' });
+    }
+    const plan = options.plans.get(authorization.replace(/^Bearer /, ''));
+    if (plan === undefined) return send(401, { title: 'Unauthorized', type: 'about:blank', status: 401, detail: 'Unauthorized' });
+    if (!plan.has(productOf(req.url ?? ''))) {
+      return send(403, {
+        title: 'Client Forbidden',
+        type: 'https://api.twitter.com/2/problems/client-forbidden',
+        reason: 'client-not-enrolled',
+        detail: 'When authenticating requests to the Twitter API v2 endpoints, you must use keys and tokens from a Twitter developer App that is attached to a Project.',
+      });
+    }
+    x.behaviour(req, res);
+  };
+}
+
+interface Reply {
+  readonly status: number;
+  readonly cacheStatus: string;
+  readonly text: string;
+}
+
+/** GETs on perch from one client address (127.0.0.x), as a client there would. */
+function from(t: TestContext, perch: RunningPerch, address: string): (path: string, key: string) => Promise<Reply> {
+  const agent = new Agent({ localAddress: address });
+  onCleanup(t, () => agent.close());
+  return async (path, key) => {
+    const res = await request(perch.url + path, { dispatcher: agent, headers: { 'x-api-key': key } });
+    const text = await res.body.text();
+    await perch.cache.settled();
+    return { status: res.statusCode, cacheStatus: String(res.headers['cache-status'] ?? ''), text };
+  };
+}
+
+function yaml(url: string, auth: string, extra = ''): string {
+  return `
+server: { host: 127.0.0.1, port: 0 }
+auth: { mode: upstream, default_plan: resale${auth} }
+rate_limits: { resale: { capacity: 1000, refill_per_second: 1000 } }
+upstreams: { x: { kind: x_v2, url: "${url}", timeout_ms: 2000 } }
+${extra}`;
+}
+
+/** Calls X received with `token`. */
+function callsWith(upstream: TestUpstream, token: string): number {
+  return upstream.requests.filter((r) => r.headers.authorization === `Bearer ${token}`).length;
+}
+
+function madeUp(bytes = 16): string {
+  return `made-up-${randomBytes(bytes).toString('hex')}`;
+}
+
+test('an accepted key is answered 200 throughout an 8 s flood of made-up keys, and new genuine keys get 200 on their first request', { timeout: 60_000 }, async (t) => {
+  const x = fakeX();
+  const plans = new Map([[GENUINE, ALL], ...NEWCOMERS.map((token): [string, ReadonlySet<Product>] => [token, ALL])]);
+  const upstream = await startUpstream(t, checkedX(x, { plans }));
+  const clock = new ManualClock();
+  const perch = await startPerch(t, yaml(upstream.url, ', verify_ttl_seconds: 3, verify_burst: 3, verify_rate_per_second: 1'), { clock, timers: clock });
+  const genuine = from(t, perch, '127.0.0.1');
+  const flood = from(t, perch, '127.0.0.2');
+  assert.equal((await genuine('/v1/users/12', GENUINE)).status, 200);
+
+  const answered: number[] = [];
+  const newcomers: number[] = [];
+  const floodStatuses = new Map<number, number>();
+  for (let step = 0; step < 16; step++) {
+    // Each half second, all at once: a fixed made-up key asking an impossible id, another on a
+    // real path, and fresh made-up keys.
+    const wave = await Promise.all([
+      flood(IMPOSSIBLE, 'made-up-fixed-key-000'),
+      flood(IMPOSSIBLE, 'made-up-fixed-key-000'),
+      flood('/v1/users/12', 'made-up-fixed-key-001'),
+      ...Array.from({ length: 4 }, () => flood('/v1/users/12', madeUp())),
+    ]);
+    for (const { status } of wave) floodStatuses.set(status, (floodStatuses.get(status) ?? 0) + 1);
+    answered.push((await genuine('/v1/users/12', GENUINE)).status);
+    if (step % 5 === 2) newcomers.push((await from(t, perch, `127.0.0.${3 + newcomers.length}`)('/v1/users/12', NEWCOMERS[newcomers.length]!)).status);
+    clock.advance(500);
+  }
+  assert.deepEqual(answered, Array.from({ length: 16 }, () => 200));
+  assert.deepEqual(newcomers, [200, 200, 200]);
+  // The impossible ids never reached X and took no turn.
+  assert.equal(
+    upstream.requests.filter((r) => r.url.startsWith('/2/users/12345678901234567890')).length,
+    0,
+  );
+  assert.equal(floodStatuses.get(404), 32);
+  // The flood's source had its share of the turns: one at once (a quarter of verify_burst, at
+  // least one), one more 4 s later (a quarter of verify_rate_per_second).
+  const issued = new Set([GENUINE, ...NEWCOMERS].map((token) => `Bearer ${token}`));
+  assert.equal(upstream.requests.filter((r) => !issued.has(String(r.headers.authorization))).length, 2);
+  assert.deepEqual([...floodStatuses.keys()].sort(), [401, 404, 429]);
+  for (const token of NEWCOMERS) assert.equal(callsWith(upstream, token), 1);
+});
+
+test('a key accepted for user lookups never gets a tweet body, cached or not: a 403 refuses it there and nowhere else', { timeout: 20_000 }, async (t) => {
+  const x = fakeX();
+  const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL], [USERS_ONLY, new Set<Product>(['users'])]]) }));
+  // Two turns for unknown keys, both taken by the two keys' first calls.
+  const perch = await startPerch(t, yaml(upstream.url, ', verify_burst: 2, verify_rate_per_second: 0.001, verify_source_share: 1'));
+  const client = from(t, perch, '127.0.0.1');
+  // Another key fills the cache with a tweet.
+  assert.equal((await client('/v1/tweets/20', GENUINE)).status, 200);
+  assert.match((await client('/v1/tweets/20', GENUINE)).cacheStatus, /; hit/);
+
+  assert.equal((await client('/v1/users/12', USERS_ONLY)).status, 200);
+  assert.equal((await client('/v1/users/12', madeUp())).status, 429, 'no turn left for unknown keys');
+  // A key accepted elsewhere is verified here on the accepted keys' budget: X is asked.
+  const cached = await client('/v1/tweets/20', USERS_ONLY);
+  assert.deepEqual([cached.status, cached.text], [401, '{"error":{"message":"Invalid API key","code":"E401"}}']);
+  assert.equal((await client('/v1/tweets/21', USERS_ONLY)).status, 401, 'its own uncached tweet');
+  assert.equal((await client('/v1/tweets/20', USERS_ONLY)).status, 401);
+  // X was asked once on tweets: the refusal is remembered for the endpoint.
+  assert.deepEqual(
+    upstream.requests.filter((r) => r.headers.authorization === `Bearer ${USERS_ONLY}`).map((r) => r.url.split('?')[0]),
+    ['/2/users/12', '/2/tweets/20'],
+  );
+  // Still accepted where its plan reaches: a hit, without a call.
+  assert.match((await client('/v1/users/12', USERS_ONLY)).cacheStatus, /; hit/);
+  assert.equal(callsWith(upstream, USERS_ONLY), 2);
+});
+
+test('revalidations draw on a budget of their own; an acceptance no revalidation renewed lasts twice verify_ttl_seconds', { timeout: 20_000 }, async (t) => {
+  const x = fakeX();
+  const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL]]) }));
+  const clock = new ManualClock();
+  const auth = ', verify_ttl_seconds: 10, verify_burst: 1, verify_rate_per_second: 0.001, verify_source_share: 1, revalidate_burst: 1, revalidate_rate_per_second: 0.001';
+  const perch = await startPerch(t, yaml(upstream.url, auth), { clock, timers: clock });
+  const client = from(t, perch, '127.0.0.1');
+  assert.equal((await client('/v1/users/12', GENUINE)).status, 200);
+  assert.equal((await client('/v1/users/12', madeUp())).status, 429, "the unknown keys' one turn is spent");
+
+  // Stale at 10 s: answered from the cache, and one revalidation on the accepted keys' turn.
+  clock.advance(10_000);
+  assert.match((await client('/v1/users/12', GENUINE)).cacheStatus, /; hit/);
+  await waitFor(() => callsWith(upstream, GENUINE) === 2);
+  // Stale again at 20 s, with no turn left to revalidate: still answered from the cache...
+  clock.advance(10_000);
+  assert.match((await client('/v1/users/12', GENUINE)).cacheStatus, /; hit/);
+  clock.advance(9_999);
+  assert.match((await client('/v1/users/12', GENUINE)).cacheStatus, /; hit/);
+  assert.equal(callsWith(upstream, GENUINE), 2);
+  // ...until twice verify_ttl_seconds after the last acceptance: then it is a key to verify anew.
+  clock.advance(1);
+  const lapsed = await client('/v1/users/12', GENUINE);
+  assert.deepEqual([lapsed.status, lapsed.cacheStatus], [429, 'perch; fwd=miss']);
+  assert.equal(callsWith(upstream, GENUINE), 2);
+});
+
+/** Fills the cache with users 1..n through GENUINE, one call each. */
+async function fill(t: TestContext, perch: RunningPerch, n: number): Promise<void> {
+  const client = from(t, perch, '127.0.0.1');
+  for (let i = 1; i <= n; i++) assert.equal((await client(`/v1/users/${i}`, GENUINE)).status, 200);
+}
+
+test("a new key's first 30 concurrent requests for cached paths make one verifying call, and all 30 are 200", { timeout: 20_000 }, async (t) => {
+  const x = fakeX();
+  const newcomer = NEWCOMERS[0]!;
+  const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL], [newcomer, ALL]]) }));
+  const perch = await startPerch(t, yaml(upstream.url, ''));
+  await fill(t, perch, 30);
+  x.hold = true;
+  const client = from(t, perch, '127.0.0.3');
+  const pending = Array.from({ length: 30 }, (_, i) => client(`/v1/users/${i + 1}`, newcomer));
+  await waitFor(() => x.held.length === 1 && perch.received() === 60);
+  x.hold = false;
+  for (const release of x.held.splice(0)) release();
+  const answers = await Promise.all(pending);
+  assert.deepEqual(
+    answers.map((a) => a.status),
+    Array.from({ length: 30 }, () => 200),
+  );
+  assert.equal(callsWith(upstream, newcomer), 1);
+});
+
+test("two instances on one Redis: a new key's 30 concurrent requests, split between them, make one verifying call", { timeout: 30_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const x = fakeX();
+  const newcomer = NEWCOMERS[0]!;
+  const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL], [newcomer, ALL]]) }));
+  const config = yaml(upstream.url, '', `cache: { redis: { url: "${redis.url}", prefix: "t:", command_timeout_ms: 10000 } }`);
+  const a = await startPerch(t, config);
+  const b = await startPerch(t, config);
+  await waitFor(() => a.cache.redisConnected === true && b.cache.redisConnected === true);
+  await fill(t, a, 30);
+  x.hold = true;
+  const [onA, onB] = [from(t, a, '127.0.0.3'), from(t, b, '127.0.0.3')];
+  const pending = Array.from({ length: 30 }, (_, i) => (i % 2 === 0 ? onA : onB)(`/v1/users/${i + 1}`, newcomer));
+  await waitFor(() => x.held.length >= 1 && a.received() === 45 && b.received() === 15);
+  x.hold = false;
+  for (const release of x.held.splice(0)) release();
+  const answers = await Promise.all(pending);
+  assert.deepEqual(
+    answers.map((r) => r.status),
+    Array.from({ length: 30 }, () => 200),
+  );
+  assert.equal(callsWith(upstream, newcomer), 1);
+});
+
+test("made-up keys too long for the provider's front neither open the breaker nor count against X: a genuine key's next misses are 200", { timeout: 30_000 }, async (t) => {
+  const x = fakeX();
+  const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL]]), maxHeaderLine: 8192 }));
+  const perch = await startPerch(t, yaml(upstream.url, ', verify_burst: 40'));
+  assert.equal((await from(t, perch, '127.0.0.1')('/v1/users/1', GENUINE)).status, 200);
+  // 20 made-up keys of about 9 KB, at once, each from an address of its own.
+  const oversized = await Promise.all(Array.from({ length: 20 }, (_, i) => from(t, perch, `127.0.0.${10 + i}`)('/v1/users/1', madeUp(4600))));
+  assert.equal(upstream.requests.length, 21, 'each made-up key was asked about once');
+  assert.deepEqual(new Set(oversized.map((r) => r.status)), new Set([502]));
+  const genuine = from(t, perch, '127.0.0.1');
+  const next: number[] = [];
+  for (let i = 0; i < 5; i++) next.push((await genuine(`/v1/users/${100 + i}`, GENUINE)).status);
+  assert.deepEqual(next, [200, 200, 200, 200, 200]);
+});
+
+test('verdicts survive a SIGHUP that leaves the auth settings as they were, and not one that changes the provider', { timeout: 20_000 }, async (t) => {
+  const x = fakeX();
+  const plans = new Map([[GENUINE, ALL]]);
+  const upstream = await startUpstream(t, checkedX(x, { plans }));
+  const other = await startUpstream(t, checkedX(fakeX(), { plans }));
+  const perch = await startPerch(t, yaml(upstream.url, ''));
+  const client = from(t, perch, '127.0.0.1');
+  assert.equal((await client('/v1/users/12', GENUINE)).status, 200);
+  // A reload that changes the plans and the verification budget, not who judged the key.
+  perch.reload(yaml(upstream.url, ', verify_burst: 5').replace('capacity: 1000', 'capacity: 2000'));
+  assert.match((await client('/v1/users/12', GENUINE)).cacheStatus, /; hit/);
+  assert.equal(upstream.requests.length, 1);
+  // Another provider behind the same name: every key is its to judge again.
+  perch.reload(yaml(other.url, ', verify_burst: 5'));
+  assert.match((await client('/v1/users/12', GENUINE)).cacheStatus, /fwd=miss/);
+  assert.equal(other.requests.length, 1);
+});
+
+test('answers perch makes itself come before verification and take no turn: a made-up key asking impossible ids leaves the turn to a new genuine key', { timeout: 20_000 }, async (t) => {
+  const x = fakeX();
+  const newcomer = NEWCOMERS[0]!;
+  const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[newcomer, ALL]]) }));
+  const perch = await startPerch(t, yaml(upstream.url, ', verify_burst: 1, verify_rate_per_second: 0.001'));
+  const attacker = from(t, perch, '127.0.0.2');
+  for (let i = 0; i < 5; i++) assert.equal((await attacker(IMPOSSIBLE, 'made-up-fixed-key-000')).status, 404);
+  assert.equal((await attacker('/v1/users/by/username/sixteen_letters_', 'made-up-fixed-key-000')).status, 404);
+  assert.equal((await attacker('/v1/users/abc', 'made-up-fixed-key-000')).status, 400);
+  assert.equal(upstream.requests.length, 0);
+  assert.equal((await from(t, perch, '127.0.0.3')('/v1/users/12', newcomer)).status, 200);
+});
