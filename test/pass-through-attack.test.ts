@@ -9,14 +9,17 @@ import { Agent, request } from 'undici';
 import { onCleanup } from './helpers/cleanup.js';
 import { ManualClock } from './helpers/clock.js';
 import { fakeX, type FakeX } from './helpers/fake-x.js';
-import { startPerch, waitFor, type RunningPerch } from './helpers/perch.js';
+import { metric, startPerch, waitFor, type RunningPerch } from './helpers/perch.js';
 import { startRedis } from './helpers/redis-server.js';
 import { startUpstream, type TestUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
+import { answerAppOnlyWhoAmI } from './helpers/x-v2-fixtures.js';
 
 /** Tokens of X's full plan, and one of a plan that covers user lookups only. */
 const GENUINE = 'AAAAAAAAAAAAAAAAAAAAAGenuineAppToken%2Bfull';
 const NEWCOMERS = ['AAAAAAAAAAAAAAAAAAAAANewcomerOne%2Bfull', 'AAAAAAAAAAAAAAAAAAAAANewcomerTwo%2Bfull', 'AAAAAAAAAAAAAAAAAAAAANewcomerThree%2Bfull'];
 const USERS_ONLY = 'AAAAAAAAAAAAAAAAAAAAAUserLookupsOnly%2Bsmall';
+/** An OAuth 2.0 user-context access token: it reads as its user, protected accounts it follows included. */
+const USER_CONTEXT = 'dXNlci1jb250ZXh0LWFjY2Vzcy10b2tlbjoxNzAwMDAwMDAwOjE6MTphdDox';
 /** An id X can have no user for: 20 digits. perch answers it 404 itself. */
 const IMPOSSIBLE = '/v1/users/12345678901234567890';
 
@@ -30,6 +33,8 @@ function productOf(path: string): Product {
 interface XOptions {
   /** Each token X knows, and the products of its plan; any other token is 401. */
   readonly plans: ReadonlyMap<string, ReadonlySet<Product>>;
+  /** Tokens of plans that speak for a user (OAuth 2.0 user context); the others are app-only. */
+  readonly users?: ReadonlySet<string>;
   /** A front that answers 400 to a header line longer than this (nginx: 8 KiB), as it would before X sees it. */
   readonly maxHeaderLine?: number;
 }
@@ -38,7 +43,8 @@ const ALL: ReadonlySet<Product> = new Set(['users', 'tweets']);
 
 /**
  * X's lookups (fake-x.ts) behind X's own checks of the bearer token: 401 Unauthorized to a token
- * it does not know, 403 client-forbidden to a known token outside its plan.
+ * it does not know, 403 client-forbidden to a known token outside its plan, and `/2/users/me`
+ * (user context only) 403 unsupported-authentication to an app-only token.
  */
 function checkedX(x: FakeX, options: XOptions): UpstreamBehaviour {
   return (req, res) => {
@@ -50,8 +56,11 @@ function checkedX(x: FakeX, options: XOptions): UpstreamBehaviour {
     if (options.maxHeaderLine !== undefined && `authorization: ${authorization}`.length > options.maxHeaderLine) {
       return send(400, { title: 'Request Header Or Cookie Too Large' });
     }
-    const plan = options.plans.get(authorization.replace(/^Bearer /, ''));
+    const token = authorization.replace(/^Bearer /, '');
+    const plan = options.plans.get(token);
     if (plan === undefined) return send(401, { title: 'Unauthorized', type: 'about:blank', status: 401, detail: 'Unauthorized' });
+    if (req.url === '/2/users/me' && options.users?.has(token) === true) return send(200, { data: { id: '777', name: 'A user', username: 'a_user' } });
+    if (answerAppOnlyWhoAmI(req, res)) return;
     if (!plan.has(productOf(req.url ?? ''))) {
       return send(403, {
         title: 'Client Forbidden',
@@ -140,7 +149,8 @@ test('an accepted key is answered 200 throughout an 8 s flood of made-up keys, a
   const issued = new Set([GENUINE, ...NEWCOMERS].map((token) => `Bearer ${token}`));
   assert.equal(upstream.requests.filter((r) => !issued.has(String(r.headers.authorization))).length, 2);
   assert.deepEqual([...floodStatuses.keys()].sort(), [401, 404, 429]);
-  for (const token of NEWCOMERS) assert.equal(callsWith(upstream, token), 1);
+  // Each newcomer: who it speaks for (an app), then its request.
+  for (const token of NEWCOMERS) assert.equal(callsWith(upstream, token), 2);
 });
 
 test('a key accepted for user lookups never gets a tweet body, cached or not: a 403 refuses it there and nowhere else', { timeout: 20_000 }, async (t) => {
@@ -163,11 +173,11 @@ test('a key accepted for user lookups never gets a tweet body, cached or not: a 
   // X was asked once on tweets: the refusal is remembered for the endpoint.
   assert.deepEqual(
     upstream.requests.filter((r) => r.headers.authorization === `Bearer ${USERS_ONLY}`).map((r) => r.url.split('?')[0]),
-    ['/2/users/12', '/2/tweets/20'],
+    ['/2/users/me', '/2/users/12', '/2/tweets/20'],
   );
   // Still accepted where its plan reaches: a hit, without a call.
   assert.match((await client('/v1/users/12', USERS_ONLY)).cacheStatus, /; hit/);
-  assert.equal(callsWith(upstream, USERS_ONLY), 2);
+  assert.equal(callsWith(upstream, USERS_ONLY), 3);
 });
 
 test('revalidations draw on a budget of their own; an acceptance no revalidation renewed lasts twice verify_ttl_seconds', { timeout: 20_000 }, async (t) => {
@@ -183,18 +193,37 @@ test('revalidations draw on a budget of their own; an acceptance no revalidation
   // Stale at 10 s: answered from the cache, and one revalidation on the accepted keys' turn.
   clock.advance(10_000);
   assert.match((await client('/v1/users/12', GENUINE)).cacheStatus, /; hit/);
-  await waitFor(() => callsWith(upstream, GENUINE) === 2);
+  // Its answer has landed once it is counted: the acceptance dates from now.
+  await waitFor(async () => (await metric(perch, 'perch_upstream_requests_total{upstream="x",route="user",outcome="ok"}')) === 2);
+  assert.equal(callsWith(upstream, GENUINE), 3);
   // Stale again at 20 s, with no turn left to revalidate: still answered from the cache...
   clock.advance(10_000);
   assert.match((await client('/v1/users/12', GENUINE)).cacheStatus, /; hit/);
   clock.advance(9_999);
   assert.match((await client('/v1/users/12', GENUINE)).cacheStatus, /; hit/);
-  assert.equal(callsWith(upstream, GENUINE), 2);
+  assert.equal(callsWith(upstream, GENUINE), 3);
   // ...until twice verify_ttl_seconds after the last acceptance: then it is a key to verify anew.
   clock.advance(1);
   const lapsed = await client('/v1/users/12', GENUINE);
   assert.deepEqual([lapsed.status, lapsed.cacheStatus], [429, 'perch; fwd=miss']);
-  assert.equal(callsWith(upstream, GENUINE), 2);
+  assert.equal(callsWith(upstream, GENUINE), 3);
+});
+
+test('a user-context token, which could read protected accounts into the shared cache, is refused: X is asked who it speaks for, once', { timeout: 20_000 }, async (t) => {
+  const x = fakeX();
+  const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL], [USER_CONTEXT, ALL]]), users: new Set([USER_CONTEXT]) }));
+  const perch = await startPerch(t, yaml(upstream.url, ''));
+  const client = from(t, perch, '127.0.0.1');
+  assert.equal((await client('/v1/users/12', GENUINE)).status, 200);
+  for (const path of ['/v1/users/12', '/v1/users/13', '/v1/tweets/20']) {
+    const refused = await client(path, USER_CONTEXT);
+    assert.deepEqual([refused.status, refused.text], [401, '{"error":{"message":"Invalid API key","code":"E401"}}'], path);
+  }
+  assert.deepEqual(
+    upstream.requests.filter((r) => r.headers.authorization === `Bearer ${USER_CONTEXT}`).map((r) => r.url),
+    ['/2/users/me'],
+  );
+  assert.equal(perch.logs.lines().filter((l) => String(l.msg).startsWith('pass-through: a user-context token refused')).length, 1);
 });
 
 /** Fills the cache with users 1..n through GENUINE, one call each. */
@@ -203,7 +232,7 @@ async function fill(t: TestContext, perch: RunningPerch, n: number): Promise<voi
   for (let i = 1; i <= n; i++) assert.equal((await client(`/v1/users/${i}`, GENUINE)).status, 200);
 }
 
-test("a new key's first 30 concurrent requests for cached paths make one verifying call, and all 30 are 200", { timeout: 20_000 }, async (t) => {
+test("a new key's first 30 concurrent requests for cached paths make two calls (who it speaks for, one verifying call), and all 30 are 200", { timeout: 20_000 }, async (t) => {
   const x = fakeX();
   const newcomer = NEWCOMERS[0]!;
   const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL], [newcomer, ALL]]) }));
@@ -220,10 +249,11 @@ test("a new key's first 30 concurrent requests for cached paths make one verifyi
     answers.map((a) => a.status),
     Array.from({ length: 30 }, () => 200),
   );
-  assert.equal(callsWith(upstream, newcomer), 1);
+  // Who it speaks for (an app), then the one verifying call.
+  assert.equal(callsWith(upstream, newcomer), 2);
 });
 
-test("two instances on one Redis: a new key's 30 concurrent requests, split between them, make one verifying call", { timeout: 30_000 }, async (t) => {
+test("two instances on one Redis: a new key's 30 concurrent requests, split between them, make two calls in all", { timeout: 30_000 }, async (t) => {
   const redis = await startRedis(t);
   const x = fakeX();
   const newcomer = NEWCOMERS[0]!;
@@ -244,7 +274,8 @@ test("two instances on one Redis: a new key's 30 concurrent requests, split betw
     answers.map((r) => r.status),
     Array.from({ length: 30 }, () => 200),
   );
-  assert.equal(callsWith(upstream, newcomer), 1);
+  // Who it speaks for (an app), then the one verifying call.
+  assert.equal(callsWith(upstream, newcomer), 2);
 });
 
 test("made-up keys too long for the provider's front neither open the breaker nor count against X: a genuine key's next misses are 200", { timeout: 30_000 }, async (t) => {
@@ -254,7 +285,7 @@ test("made-up keys too long for the provider's front neither open the breaker no
   assert.equal((await from(t, perch, '127.0.0.1')('/v1/users/1', GENUINE)).status, 200);
   // 20 made-up keys of about 9 KB, at once, each from an address of its own.
   const oversized = await Promise.all(Array.from({ length: 20 }, (_, i) => from(t, perch, `127.0.0.${10 + i}`)('/v1/users/1', madeUp(4600))));
-  assert.equal(upstream.requests.length, 21, 'each made-up key was asked about once');
+  assert.equal(upstream.requests.length, 22, 'each made-up key was asked about once');
   assert.deepEqual(new Set(oversized.map((r) => r.status)), new Set([502]));
   const genuine = from(t, perch, '127.0.0.1');
   const next: number[] = [];
@@ -273,11 +304,11 @@ test('verdicts survive a SIGHUP that leaves the auth settings as they were, and 
   // A reload that changes the plans and the verification budget, not who judged the key.
   perch.reload(yaml(upstream.url, ', verify_burst: 5').replace('capacity: 1000', 'capacity: 2000'));
   assert.match((await client('/v1/users/12', GENUINE)).cacheStatus, /; hit/);
-  assert.equal(upstream.requests.length, 1);
+  assert.equal(upstream.requests.length, 2);
   // Another provider behind the same name: every key is its to judge again.
   perch.reload(yaml(other.url, ', verify_burst: 5'));
   assert.match((await client('/v1/users/12', GENUINE)).cacheStatus, /fwd=miss/);
-  assert.equal(other.requests.length, 1);
+  assert.equal(other.requests.length, 2);
 });
 
 test('answers perch makes itself come before verification and take no turn: a made-up key asking impossible ids leaves the turn to a new genuine key', { timeout: 20_000 }, async (t) => {

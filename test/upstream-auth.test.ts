@@ -3,10 +3,10 @@ import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { test, type TestContext } from 'node:test';
 import { ManualClock } from './helpers/clock.js';
-import { startPerch, waitFor } from './helpers/perch.js';
+import { metric, startPerch, waitFor } from './helpers/perch.js';
 import { startRedis } from './helpers/redis-server.js';
 import { json, sampleProvider, startUpstream, type TestUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
-import { xFixtureText } from './helpers/x-v2-fixtures.js';
+import { answerAppOnlyWhoAmI, xFixtureText } from './helpers/x-v2-fixtures.js';
 
 const GOOD = 'ck-good-alpha-0123456789';
 const OTHER_GOOD = 'ck-good-bravo-0123456789';
@@ -82,7 +82,9 @@ upstreams: { x: { kind: x_v2, url: "${url}", timeout_ms: 2000 } }
   );
 }
 
-function serveXUser(res: ServerResponse): void {
+/** A user, to any app-only token: X's `/2/users/me` refuses those. */
+function serveXUser(req: IncomingMessage, res: ServerResponse): void {
+  if (answerAppOnlyWhoAmI(req, res)) return;
   res.writeHead(200, { 'content-type': 'application/json' });
   res.end(xFixtureText('user'));
 }
@@ -91,14 +93,19 @@ test('an x_v2 upstream receives the key as a bearer token', { timeout: 10_000 },
   const token = 'AAAAAAAAAAAAAAAAAAAAAClientOwnToken%2Bxyz';
   const upstream = await startUpstream(t, (req: IncomingMessage, res: ServerResponse) => {
     if (req.headers.authorization !== `Bearer ${token}`) return json(401, { title: 'Unauthorized' })(req, res);
-    serveXUser(res);
+    serveXUser(req, res);
   });
   const perch = await xV2PassThrough(t, upstream.url);
   assert.equal((await perch.request('/v1/users/2244994945', { key: token })).status, 200);
   assert.equal((await perch.request('/v1/users/2244994945', { key: 'not-the-token-0123456789' })).text, E401);
+  // A new key is first asked who it speaks for (an app-only token: X's 403), then its request.
   assert.deepEqual(
-    upstream.requests.map((r) => r.headers.authorization),
-    [`Bearer ${token}`, 'Bearer not-the-token-0123456789'],
+    upstream.requests.map((r) => [r.url.split('?')[0], r.headers.authorization]),
+    [
+      ['/2/users/me', `Bearer ${token}`],
+      ['/2/users/2244994945', `Bearer ${token}`],
+      ['/2/users/me', 'Bearer not-the-token-0123456789'],
+    ],
   );
 });
 
@@ -109,7 +116,7 @@ test("pass-through: X's 403 for the client's own token is 401 E401, and perch's 
     if (req.headers.authorization === `Bearer ${forbidden}`) {
       return json(403, { title: 'Client Forbidden', type: 'https://api.twitter.com/2/problems/client-forbidden' })(req, res);
     }
-    serveXUser(res);
+    serveXUser(req, res);
   });
   const perch = await xV2PassThrough(t, upstream.url);
   const refused = await perch.request('/v1/users/2244994945', { key: forbidden });
@@ -117,9 +124,15 @@ test("pass-through: X's 403 for the client's own token is 401 E401, and perch's 
   // The same endpoint, the same user: another key is still asked, and served.
   assert.equal((await perch.request('/v1/users/2244994945', { key: allowed })).status, 200);
   assert.equal((await perch.request('/v1/users/2244994945', { key: allowed })).status, 200, 'from the cache');
+  // Each key: who it speaks for (X's 403 either way: a token that speaks for no user), then the lookup.
   assert.deepEqual(
-    upstream.requests.map((r) => r.headers.authorization),
-    [`Bearer ${forbidden}`, `Bearer ${allowed}`],
+    upstream.requests.map((r) => [r.url.split('?')[0], r.headers.authorization]),
+    [
+      ['/2/users/me', `Bearer ${forbidden}`],
+      ['/2/users/2244994945', `Bearer ${forbidden}`],
+      ['/2/users/me', `Bearer ${allowed}`],
+      ['/2/users/2244994945', `Bearer ${allowed}`],
+    ],
   );
   assert.equal(perch.logs.lines().filter((l) => l.msg === 'provider refuses this endpoint to the credential: not asked again until then').length, 0);
 });
@@ -239,7 +252,9 @@ test('past verify_ttl_seconds the cache still answers while one revalidation run
   const again = await perch.request('/v1/users/1', { key: GOOD });
   assert.equal(again.status, 200);
   assert.match(again.headers.get('cache-status') ?? '', /; hit;/);
-  await waitFor(() => callsWith(GOOD) === 2);
+  // Its answer has landed once it is counted: the acceptance dates from now.
+  await waitFor(async () => (await metric(perch, 'perch_upstream_requests_total{upstream="main",route="user",outcome="ok"}')) === 2);
+  assert.equal(callsWith(GOOD), 2);
   assert.match((await perch.request('/v1/users/1', { key: GOOD })).headers.get('cache-status') ?? '', /; hit;/);
   assert.equal(callsWith(GOOD), 2);
 

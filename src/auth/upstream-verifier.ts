@@ -197,13 +197,20 @@ export class UpstreamVerifier {
       // A renewal the fleet heard of lately is not news: peers revalidate at worst once more.
       if (before?.accepted !== true || at - before.at >= this.#verifyMs / 2) this.#tell(digest, endpoint, { kind: 'a', at });
     } else if (result.kind === 'failed' && result.failure === 'unauthorized') {
-      this.#book.said.delete(digest);
-      this.#book.rejected.set(digest, at);
-      this.#tell(digest, KEY_FIELD, { kind: 'r', at });
+      this.#reject(digest, at);
     } else if (result.kind === 'failed' && result.failure === 'forbidden') {
       this.#say(digest, endpoint, { accepted: false, at });
       this.#tell(digest, endpoint, { kind: 'f', at });
     }
+  }
+
+  /**
+   * Records the answer to a call that asked who the key speaks for (`whoAmI`): a key that speaks
+   * for a user (`ok`) is rejected as a key the provider rejected is, and so is one it rejected.
+   * Any other answer says nothing: the key's verifying call decides.
+   */
+  judgeWhoAmI(client: PassThroughClient, result: UpstreamResult): void {
+    if (result.kind === 'ok' || (result.kind === 'failed' && result.failure === 'unauthorized')) this.#reject(client.digest, this.#clock.now());
   }
 
   /**
@@ -284,6 +291,12 @@ export class UpstreamVerifier {
     if (this.#clock.now() - at < this.#rejectMs) return true;
     this.#book.rejected.delete(digest);
     return false;
+  }
+
+  #reject(digest: string, at: number): void {
+    this.#book.said.delete(digest);
+    this.#book.rejected.set(digest, at);
+    this.#tell(digest, KEY_FIELD, { kind: 'r', at });
   }
 
   #say(digest: string, endpoint: EndpointName, verdict: Said): void {

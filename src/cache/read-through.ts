@@ -208,7 +208,8 @@ export class ReadThrough {
     let fetched: Fetched | undefined;
     try {
       const wait = await this.#deps.verifyTurn?.(gate.line, client.source);
-      fetched = wait === undefined ? await this.#fetchUpstream(request, this.#payerOf(client), trace, client, undefined, true) : { ...errorAnswer('E429'), retryAfterSeconds: wait, stored: false };
+      if (wait !== undefined) fetched = { ...errorAnswer('E429'), retryAfterSeconds: wait, stored: false };
+      else fetched = (gate.line === 'unknown' ? await this.#userContext(request, client, trace) : undefined) ?? (await this.#fetchUpstream(request, this.#payerOf(client), trace, client, undefined, true));
       return this.#forwarded(request, fetched, true);
     } finally {
       // A failure of the provider, or a wait, answers the key's other requests too; an answer
@@ -297,6 +298,31 @@ export class ReadThrough {
   /** The permanent answer a failed refresh got, while its key's backoff lasts: no call is made. */
   #remembered(answer: PermanentAnswer): Served {
     return { outcome: 'coalesced', status: answer.status, body: answer.body, cacheStatus: backoffCacheStatus(), maxAgeSeconds: 0 };
+  }
+
+  /**
+   * A key the provider accepted nowhere lately is first asked who it speaks for, where the
+   * provider can tell (X): a user-context token sees protected accounts, whose answers must never
+   * reach another key through the cache, so such a key is refused (401) as a made-up one is, on
+   * the same turn. Undefined: the key speaks for an app (X's 403 unsupported-authentication; a
+   * 404 from a provider without the path), and its verifying call goes on. Any other answer
+   * answers the request: a failure of the provider, a wait, a 400 from a front that refuses the key.
+   */
+  async #userContext(request: EndpointRequest, client: PassThroughClient, trace: TraceSpan | undefined): Promise<Fetched | undefined> {
+    const { upstreams, verifier } = this.#deps.live.current;
+    if (!upstreams.tellsUserContext(request.endpoint)) return undefined;
+    const asked = { id: client.id, key: client.key, verifying: true, whoAmI: true };
+    const { result, upstream, ms, called } = await upstreams.fetch(request, asked, this.#payerOf(client), trace);
+    verifier!.judgeWhoAmI(client, result);
+    const via = { stored: false, upstream, upstreamMs: ms, called };
+    if (result.kind === 'ok') {
+      this.#deps.logger.info({ key_id: client.id, upstream }, 'pass-through: a user-context token refused (it could read protected accounts into the shared cache)');
+      return { ...errorAnswer('E401'), ...via };
+    }
+    if (result.kind === 'failed' && result.failure === 'unauthorized') return { ...errorAnswer('E401'), ...via };
+    if (result.kind === 'not_found' || (result.kind === 'failed' && result.failure === 'forbidden')) return undefined;
+    // The request's cursor is not what a 400 here refused.
+    return { ...(result.kind === 'bad_request' ? errorAnswer('E502') : answerFor(request.endpoint, result, this.#deps.clock.now(), true)), ...via };
   }
 
   /**

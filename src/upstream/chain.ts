@@ -37,6 +37,8 @@ export interface BuiltUpstream {
   readonly call: Call;
   /** The answer perch makes itself to a request this provider cannot match (known-answer.ts); absent: it has none. */
   readonly known?: Provider['known'];
+  /** See `Provider.tellsUserContext`. */
+  readonly tellsUserContext?: boolean;
   status(): UpstreamStatus;
   close(): Promise<void>;
 }
@@ -151,5 +153,11 @@ export function buildUpstream(name: string, config: UpstreamConfig, options: Cha
     return { state: 'ok', breaker: breakerState, throttle: shed, credentials };
   }
 
-  return { call, status, close: provider.close, ...(provider.known === undefined ? {} : { known: provider.known }) };
+  return {
+    call,
+    status,
+    close: provider.close,
+    ...(provider.known === undefined ? {} : { known: provider.known }),
+    ...(provider.tellsUserContext === true ? { tellsUserContext: true } : {}),
+  };
 }
