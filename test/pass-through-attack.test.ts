@@ -232,7 +232,7 @@ async function fill(t: TestContext, perch: RunningPerch, n: number): Promise<voi
   for (let i = 1; i <= n; i++) assert.equal((await client(`/v1/users/${i}`, GENUINE)).status, 200);
 }
 
-test("a new key's first 30 concurrent requests for cached paths make two calls (who it speaks for, one verifying call), and all 30 are 200", { timeout: 20_000 }, async (t) => {
+test(`a new key's first 30 concurrent requests for cached paths make two calls (who it speaks for, one verifying call), and all 30 are 200`, { timeout: 20_000 }, async (t) => {
   const x = fakeX();
   const newcomer = NEWCOMERS[0]!;
   const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL], [newcomer, ALL]]) }));
@@ -253,7 +253,7 @@ test("a new key's first 30 concurrent requests for cached paths make two calls (
   assert.equal(callsWith(upstream, newcomer), 2);
 });
 
-test("two instances on one Redis: a new key's 30 concurrent requests, split between them, make two calls in all", { timeout: 30_000 }, async (t) => {
+test(`two instances on one Redis: a new key's 30 concurrent requests, split between them, make two calls in all`, { timeout: 30_000 }, async (t) => {
   const redis = await startRedis(t);
   const x = fakeX();
   const newcomer = NEWCOMERS[0]!;
@@ -278,7 +278,7 @@ test("two instances on one Redis: a new key's 30 concurrent requests, split betw
   assert.equal(callsWith(upstream, newcomer), 2);
 });
 
-test("made-up keys too long for the provider's front neither open the breaker nor count against X: a genuine key's next misses are 200", { timeout: 30_000 }, async (t) => {
+test(`made-up keys too long for the provider's front neither open the breaker nor count against X: a genuine key's next misses are 200`, { timeout: 30_000 }, async (t) => {
   const x = fakeX();
   const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL]]), maxHeaderLine: 8192 }));
   const perch = await startPerch(t, yaml(upstream.url, ', verify_burst: 40'));
