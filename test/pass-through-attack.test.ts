@@ -278,6 +278,88 @@ test(`two instances on one Redis: a new key's 30 concurrent requests, split betw
   assert.equal(callsWith(upstream, newcomer), 2);
 });
 
+test("a new key's requests waiting for its verifying call share that call's failure: one call, however many wait", { timeout: 20_000 }, async (t) => {
+  const x = fakeX();
+  const newcomer = NEWCOMERS[0]!;
+  const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL], [newcomer, ALL]]) }));
+  const perch = await startPerch(t, yaml(upstream.url, '').replace('timeout_ms: 2000', 'timeout_ms: 2000, retries: 0'));
+  await fill(t, perch, 10);
+  x.failWith = { status: 503 };
+  x.hold = true;
+  const client = from(t, perch, '127.0.0.3');
+  const pending = Array.from({ length: 10 }, (_, i) => client(`/v1/users/${i + 1}`, newcomer));
+  // Who it speaks for is answered at once (403: an app); its verifying call waits at X.
+  await waitFor(() => x.held.length === 1 && perch.received() === 20);
+  x.hold = false;
+  for (const release of x.held.splice(0)) release();
+  const answers = await Promise.all(pending);
+  assert.deepEqual(
+    answers.map((a) => a.status),
+    Array.from({ length: 10 }, () => 502),
+  );
+  assert.equal(callsWith(upstream, newcomer), 2);
+});
+
+test("a reload while a key's verifying call runs: the key's next requests still wait for that call", { timeout: 20_000 }, async (t) => {
+  const x = fakeX();
+  const newcomer = NEWCOMERS[0]!;
+  const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL], [newcomer, ALL]]) }));
+  const perch = await startPerch(t, yaml(upstream.url, ''));
+  await fill(t, perch, 2);
+  x.hold = true;
+  const client = from(t, perch, '127.0.0.3');
+  const first = client('/v1/users/1', newcomer);
+  await waitFor(() => x.held.length === 1);
+  perch.reload(yaml(upstream.url, '').replace('capacity: 1000', 'capacity: 2000'));
+  const second = client('/v1/users/2', newcomer);
+  await waitFor(() => perch.received() === 4);
+  x.hold = false;
+  for (const release of x.held.splice(0)) release();
+  assert.deepEqual([(await first).status, (await second).status], [200, 200]);
+  assert.equal(callsWith(upstream, newcomer), 2);
+});
+
+test("a key's verifying call whose client went away still answers the key's other requests", { timeout: 20_000 }, async (t) => {
+  const x = fakeX();
+  const newcomer = NEWCOMERS[0]!;
+  const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL], [newcomer, ALL]]) }));
+  const perch = await startPerch(t, yaml(upstream.url, ''));
+  await fill(t, perch, 5);
+  x.hold = true;
+  const agent = new Agent({ localAddress: '127.0.0.3' });
+  onCleanup(t, () => agent.close());
+  const gone = new AbortController();
+  const leader = request(`${perch.url}/v1/users/1`, { dispatcher: agent, headers: { 'x-api-key': newcomer }, signal: gone.signal });
+  await waitFor(() => x.held.length === 1);
+  const client = from(t, perch, '127.0.0.3');
+  const others = Array.from({ length: 4 }, (_, i) => client(`/v1/users/${i + 2}`, newcomer));
+  await waitFor(() => perch.received() === 10);
+  gone.abort();
+  await assert.rejects(leader);
+  x.hold = false;
+  for (const release of x.held.splice(0)) release();
+  assert.deepEqual(
+    (await Promise.all(others)).map((a) => a.status),
+    [200, 200, 200, 200],
+  );
+  assert.equal(callsWith(upstream, newcomer), 2);
+});
+
+test('with its Redis not answering, an instance verifies keys on its own', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const x = fakeX();
+  const newcomer = NEWCOMERS[0]!;
+  const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL], [newcomer, ALL]]) }));
+  const perch = await startPerch(t, yaml(upstream.url, '', `rate_limits_redis: { url: "${redis.url}", command_timeout_ms: 200 }`));
+  await fill(t, perch, 1);
+  redis.freeze();
+  onCleanup(t, () => redis.thaw());
+  const client = from(t, perch, '127.0.0.3');
+  assert.equal((await client('/v1/users/1', newcomer)).status, 200);
+  assert.match((await client('/v1/users/1', newcomer)).cacheStatus, /; hit/);
+  assert.equal(callsWith(upstream, newcomer), 2);
+});
+
 test(`made-up keys too long for the provider's front neither open the breaker nor count against X: a genuine key's next misses are 200`, { timeout: 30_000 }, async (t) => {
   const x = fakeX();
   const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL]]), maxHeaderLine: 8192 }));
