@@ -226,6 +226,20 @@ test('a user-context token, which could read protected accounts into the shared 
   assert.equal(perch.logs.lines().filter((l) => String(l.msg).startsWith('pass-through: a user-context token refused')).length, 1);
 });
 
+/** X knowing GENUINE and a newcomer's token, both of the full plan. */
+async function newcomerX(t: TestContext): Promise<{ x: FakeX; upstream: TestUpstream; newcomer: string }> {
+  const x = fakeX();
+  const newcomer = NEWCOMERS[0]!;
+  const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL], [newcomer, ALL]]) }));
+  return { x, upstream, newcomer };
+}
+
+/** Answers every call X holds, and holds no more. */
+function releaseAll(x: FakeX): void {
+  x.hold = false;
+  for (const release of x.held.splice(0)) release();
+}
+
 /** Fills the cache with users 1..n through GENUINE, one call each. */
 async function fill(t: TestContext, perch: RunningPerch, n: number): Promise<void> {
   const client = from(t, perch, '127.0.0.1');
@@ -233,17 +247,14 @@ async function fill(t: TestContext, perch: RunningPerch, n: number): Promise<voi
 }
 
 test(`a new key's first 30 concurrent requests for cached paths make two calls (who it speaks for, one verifying call), and all 30 are 200`, { timeout: 20_000 }, async (t) => {
-  const x = fakeX();
-  const newcomer = NEWCOMERS[0]!;
-  const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL], [newcomer, ALL]]) }));
+  const { x, upstream, newcomer } = await newcomerX(t);
   const perch = await startPerch(t, yaml(upstream.url, ''));
   await fill(t, perch, 30);
   x.hold = true;
   const client = from(t, perch, '127.0.0.3');
   const pending = Array.from({ length: 30 }, (_, i) => client(`/v1/users/${i + 1}`, newcomer));
   await waitFor(() => x.held.length === 1 && perch.received() === 60);
-  x.hold = false;
-  for (const release of x.held.splice(0)) release();
+  releaseAll(x);
   const answers = await Promise.all(pending);
   assert.deepEqual(
     answers.map((a) => a.status),
@@ -255,9 +266,7 @@ test(`a new key's first 30 concurrent requests for cached paths make two calls (
 
 test(`two instances on one Redis: a new key's 30 concurrent requests, split between them, make two calls in all`, { timeout: 30_000 }, async (t) => {
   const redis = await startRedis(t);
-  const x = fakeX();
-  const newcomer = NEWCOMERS[0]!;
-  const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL], [newcomer, ALL]]) }));
+  const { x, upstream, newcomer } = await newcomerX(t);
   const config = yaml(upstream.url, '', `cache: { redis: { url: "${redis.url}", prefix: "t:", command_timeout_ms: 10000 } }`);
   const a = await startPerch(t, config);
   const b = await startPerch(t, config);
@@ -267,8 +276,7 @@ test(`two instances on one Redis: a new key's 30 concurrent requests, split betw
   const [onA, onB] = [from(t, a, '127.0.0.3'), from(t, b, '127.0.0.3')];
   const pending = Array.from({ length: 30 }, (_, i) => (i % 2 === 0 ? onA : onB)(`/v1/users/${i + 1}`, newcomer));
   await waitFor(() => x.held.length >= 1 && a.received() === 45 && b.received() === 15);
-  x.hold = false;
-  for (const release of x.held.splice(0)) release();
+  releaseAll(x);
   const answers = await Promise.all(pending);
   assert.deepEqual(
     answers.map((r) => r.status),
@@ -279,9 +287,7 @@ test(`two instances on one Redis: a new key's 30 concurrent requests, split betw
 });
 
 test("a new key's requests waiting for its verifying call share that call's failure: one call, however many wait", { timeout: 20_000 }, async (t) => {
-  const x = fakeX();
-  const newcomer = NEWCOMERS[0]!;
-  const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL], [newcomer, ALL]]) }));
+  const { x, upstream, newcomer } = await newcomerX(t);
   const perch = await startPerch(t, yaml(upstream.url, '').replace('timeout_ms: 2000', 'timeout_ms: 2000, retries: 0'));
   await fill(t, perch, 10);
   x.failWith = { status: 503 };
@@ -290,8 +296,7 @@ test("a new key's requests waiting for its verifying call share that call's fail
   const pending = Array.from({ length: 10 }, (_, i) => client(`/v1/users/${i + 1}`, newcomer));
   // Who it speaks for is answered at once (403: an app); its verifying call waits at X.
   await waitFor(() => x.held.length === 1 && perch.received() === 20);
-  x.hold = false;
-  for (const release of x.held.splice(0)) release();
+  releaseAll(x);
   const answers = await Promise.all(pending);
   assert.deepEqual(
     answers.map((a) => a.status),
@@ -301,9 +306,7 @@ test("a new key's requests waiting for its verifying call share that call's fail
 });
 
 test("a reload while a key's verifying call runs: the key's next requests still wait for that call", { timeout: 20_000 }, async (t) => {
-  const x = fakeX();
-  const newcomer = NEWCOMERS[0]!;
-  const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL], [newcomer, ALL]]) }));
+  const { x, upstream, newcomer } = await newcomerX(t);
   const perch = await startPerch(t, yaml(upstream.url, ''));
   await fill(t, perch, 2);
   x.hold = true;
@@ -313,16 +316,13 @@ test("a reload while a key's verifying call runs: the key's next requests still 
   perch.reload(yaml(upstream.url, '').replace('capacity: 1000', 'capacity: 2000'));
   const second = client('/v1/users/2', newcomer);
   await waitFor(() => perch.received() === 4);
-  x.hold = false;
-  for (const release of x.held.splice(0)) release();
+  releaseAll(x);
   assert.deepEqual([(await first).status, (await second).status], [200, 200]);
   assert.equal(callsWith(upstream, newcomer), 2);
 });
 
 test("a key's verifying call whose client went away still answers the key's other requests", { timeout: 20_000 }, async (t) => {
-  const x = fakeX();
-  const newcomer = NEWCOMERS[0]!;
-  const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL], [newcomer, ALL]]) }));
+  const { x, upstream, newcomer } = await newcomerX(t);
   const perch = await startPerch(t, yaml(upstream.url, ''));
   await fill(t, perch, 5);
   x.hold = true;
@@ -336,8 +336,7 @@ test("a key's verifying call whose client went away still answers the key's othe
   await waitFor(() => perch.received() === 10);
   gone.abort();
   await assert.rejects(leader);
-  x.hold = false;
-  for (const release of x.held.splice(0)) release();
+  releaseAll(x);
   assert.deepEqual(
     (await Promise.all(others)).map((a) => a.status),
     [200, 200, 200, 200],
@@ -347,9 +346,7 @@ test("a key's verifying call whose client went away still answers the key's othe
 
 test('with its Redis not answering, an instance verifies keys on its own', { timeout: 30_000 }, async (t) => {
   const redis = await startRedis(t);
-  const x = fakeX();
-  const newcomer = NEWCOMERS[0]!;
-  const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL], [newcomer, ALL]]) }));
+  const { upstream, newcomer } = await newcomerX(t);
   const perch = await startPerch(t, yaml(upstream.url, '', `rate_limits_redis: { url: "${redis.url}", command_timeout_ms: 200 }`));
   await fill(t, perch, 1);
   redis.freeze();
