@@ -321,6 +321,28 @@ test("a reload while a key's verifying call runs: the key's next requests still 
   assert.equal(callsWith(upstream, newcomer), 2);
 });
 
+test('a reload to mode keys while a key waits for its verifying call: the waiting request is 401, not served', { timeout: 20_000 }, async (t) => {
+  const { x, upstream, newcomer } = await newcomerX(t);
+  const perch = await startPerch(t, yaml(upstream.url, ''));
+  await fill(t, perch, 2);
+  x.hold = true;
+  const client = from(t, perch, '127.0.0.3');
+  const first = client('/v1/users/1', newcomer);
+  await waitFor(() => x.held.length === 1);
+  const second = client('/v1/users/2', newcomer);
+  await waitFor(() => perch.received() === 4);
+  perch.reload(`
+server: { host: 127.0.0.1, port: 0 }
+auth: { keys: [{ id: alpha, key: "test-key-alpha-0123456789", plan: resale }] }
+rate_limits: { resale: { capacity: 1000, refill_per_second: 1000 } }
+upstreams: { x: { kind: x_v2, url: "${upstream.url}", timeout_ms: 2000, bearer_token: "${GENUINE}" } }
+`);
+  releaseAll(x);
+  // The first request's own call answers it; the second one's key has no provider's word now.
+  assert.deepEqual([(await first).status, (await second).status], [200, 401]);
+  assert.equal(callsWith(upstream, newcomer), 2);
+});
+
 test("a key's verifying call whose client went away still answers the key's other requests", { timeout: 20_000 }, async (t) => {
   const { x, upstream, newcomer } = await newcomerX(t);
   const perch = await startPerch(t, yaml(upstream.url, ''));

@@ -93,7 +93,8 @@ export function createPerch(options: PerchOptions): Perch {
   const settings = tracingSettings(config.tracing, options.env ?? {});
   const tracing = settings === undefined ? undefined : createTracing(settings, { clock, logger, exportDelayMs: options.traceExportDelayMs, exportBatchSize: options.traceExportBatchSize });
   // Pass-through verdicts live beside the token buckets: the fleet's turns are a rate limit too.
-  const sharedVerdicts = config.auth.mode === 'upstream' && redis.limits !== undefined ? new SharedVerdicts(redis.limits.guard, redis.limits.settings.prefix) : undefined;
+  // Made whatever the mode, which a reload may change.
+  const sharedVerdicts = redis.limits === undefined ? undefined : new SharedVerdicts(redis.limits.guard, redis.limits.settings.prefix);
   const runtime = new Runtime(config, { clock, timers, logger, metrics, providerState, dispatchers: options.dispatchers, random: options.random, budgets, sharedVerdicts });
   const readThrough = new ReadThrough({
     live: runtime,

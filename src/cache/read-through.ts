@@ -1,6 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import type { Client } from '../auth/key-store.js';
-import { passThrough, type PassThroughClient, type UpstreamVerifier, type VerifyLine } from '../auth/upstream-verifier.js';
+import { passThrough, type Gate, type PassThroughClient, type UpstreamVerifier, type VerifyLine } from '../auth/upstream-verifier.js';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config/types.js';
 import type { EndpointRequest } from '../endpoints.js';
@@ -105,6 +105,9 @@ interface Fetched extends UpstreamAnswer {
   readonly refusedPayer?: string;
 }
 
+/** Pass-through auth: how a key goes on when no verifier can vouch for it. */
+const REFUSED: Gate = { kind: 'refused' };
+
 /**
  * The caching policy, read-through: memory, then Redis, then stale-while-revalidate, then one
  * coalesced upstream fetch per key (per instance, and across instances through shared flights),
@@ -200,8 +203,8 @@ export class ReadThrough {
     const { upstreams, verifier } = this.#deps.live.current;
     const known = upstreams.known(request);
     if (known !== undefined) return this.#forwarded(request, { ...answerFor(request.endpoint, known, this.#deps.clock.now(), true), stored: false }, true);
-    // A pass-through client comes with a verifier.
-    const gate = await verifier!.gate(client, request.endpoint);
+    // No verifier: a reload to mode `keys` since the key was read, and no provider's word on it.
+    const gate = verifier === undefined ? REFUSED : await verifier.gate(client, request.endpoint);
     if (gate.kind === 'admitted') return this.fetch(request, client, trace);
     if (gate.kind === 'refused') return this.#forwarded(request, { ...errorAnswer('E401'), stored: false }, true);
     if (gate.kind === 'failed') return this.#forwarded(request, { ...gate.answer, stored: false }, false);
@@ -313,7 +316,7 @@ export class ReadThrough {
     if (!upstreams.tellsUserContext(request.endpoint)) return undefined;
     const asked = { id: client.id, key: client.key, verifying: true, whoAmI: true };
     const { result, upstream, ms, called } = await upstreams.fetch(request, asked, this.#payerOf(client), trace);
-    verifier!.judgeWhoAmI(client, result);
+    verifier?.judgeWhoAmI(client, result);
     const via = { stored: false, upstream, upstreamMs: ms, called };
     if (result.kind === 'ok') {
       this.#deps.logger.info({ key_id: client.id, upstream }, 'pass-through: a user-context token refused (it could read protected accounts into the shared cache)');
@@ -438,7 +441,8 @@ export class ReadThrough {
   #admits(request: EndpointRequest, client: Client): boolean {
     const pass = passThrough(client);
     if (pass === undefined) return true;
-    const verifier = this.#deps.live.current.verifier!;
+    const verifier = this.#deps.live.current.verifier;
+    if (verifier === undefined) return false;
     const standing = verifier.standing(pass, request.endpoint);
     if (standing === 'stale') {
       const revalidation = verifier.revalidate(pass, request.endpoint, async () => {
