@@ -286,6 +286,45 @@ test(`two instances on one Redis: a new key's 30 concurrent requests, split betw
   assert.equal(callsWith(upstream, newcomer), 2);
 });
 
+/** Two instances on one Redis, in front of `upstream`, and a client of each from 127.0.0.1. */
+async function fleetOfTwo(t: TestContext, upstream: TestUpstream, auth: string, options: { clock?: ManualClock } = {}) {
+  const redis = await startRedis(t);
+  const config = yaml(upstream.url, auth, `cache: { redis: { url: "${redis.url}", prefix: "t:", command_timeout_ms: 10000 } }`);
+  const a = await startPerch(t, config, { clock: options.clock, timers: options.clock });
+  const b = await startPerch(t, config, { clock: options.clock, timers: options.clock });
+  await waitFor(() => a.cache.redisConnected === true && b.cache.redisConnected === true);
+  return { a, b, onA: from(t, a, '127.0.0.1'), onB: from(t, b, '127.0.0.1') };
+}
+
+const E401_BODY = '{"error":{"message":"Invalid API key","code":"E401"}}';
+
+test('two instances on one Redis: once the provider rejected a key through one, or refused it an endpoint, the other serves it nothing from there', { timeout: 30_000 }, async (t) => {
+  const x = fakeX();
+  const downgraded = NEWCOMERS[0]!;
+  const plans = new Map<string, ReadonlySet<Product>>([[GENUINE, ALL], [downgraded, ALL]]);
+  const upstream = await startUpstream(t, checkedX(x, { plans }));
+  const { onA, onB } = await fleetOfTwo(t, upstream, ', verify_ttl_seconds: 60, reject_ttl_seconds: 60');
+
+  // Accepted through both: B read A's verdict, and its cache answers the key without a call.
+  assert.equal((await onA('/v1/users/12', GENUINE)).status, 200);
+  assert.match((await onB('/v1/users/12', GENUINE)).cacheStatus, /; hit/);
+  // The provider revokes the key; A hears it on a miss.
+  plans.delete(GENUINE);
+  assert.equal((await onA('/v1/users/13', GENUINE)).status, 401);
+  const revoked = await onB('/v1/users/12', GENUINE);
+  assert.deepEqual([revoked.status, revoked.text], [401, E401_BODY]);
+
+  // A token accepted on tweets through both, then moved to a plan of user lookups only.
+  assert.equal((await onA('/v1/tweets/20', downgraded)).status, 200);
+  assert.match((await onB('/v1/tweets/20', downgraded)).cacheStatus, /; hit/);
+  plans.set(downgraded, new Set<Product>(['users']));
+  assert.equal((await onA('/v1/tweets/21', downgraded)).status, 401);
+  const refused = await onB('/v1/tweets/20', downgraded);
+  assert.deepEqual([refused.status, refused.text], [401, E401_BODY]);
+  // Refused on tweets only: user lookups are still its.
+  assert.equal((await onB('/v1/users/12', downgraded)).status, 200);
+});
+
 test("a new key's requests waiting for its verifying call share that call's failure: one call, however many wait", { timeout: 20_000 }, async (t) => {
   const { x, upstream, newcomer } = await newcomerX(t);
   const perch = await startPerch(t, yaml(upstream.url, '').replace('timeout_ms: 2000', 'timeout_ms: 2000, retries: 0'));

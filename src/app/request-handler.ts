@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { KeyStore } from '../auth/key-store.js';
-import type { UpstreamVerifier } from '../auth/upstream-verifier.js';
+import type { Client, KeyStore } from '../auth/key-store.js';
+import { passThrough, type UpstreamVerifier } from '../auth/upstream-verifier.js';
 import type { ReadThrough, Served } from '../cache/read-through.js';
 import { variant } from '../cache/entry.js';
 import type { Config } from '../config/types.js';
@@ -83,10 +83,21 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     // not even which routes exist.
     const presented = x.req.headers['x-api-key'];
     const { keys, verifier } = deps.live.current;
-    const forwarded = verifier?.authenticate(presented, x.req.socket.remoteAddress);
-    const client = verifier === undefined ? keys.authenticate(presented, x.req.socket) : forwarded;
+    if (verifier === undefined) return identified(x, keys.authenticate(presented, x.req.socket), undefined);
+    const forwarded = verifier.authenticate(presented, x.req.socket.remoteAddress);
+    // Pass-through with Redis: another instance may have heard the provider reject a key accepted here.
+    const reconciled = forwarded === undefined ? undefined : verifier.reconcile(forwarded);
+    if (reconciled !== undefined) return reconciled.then((client) => identified(x, client, verifier));
+    return identified(x, forwarded, verifier);
+  }
+
+  /** Everything after the key is checked; `verifier`: pass-through auth, which read the key. */
+  function identified(x: Exchange, client: Client | undefined, verifier: UpstreamVerifier | undefined): Promise<void> | undefined {
     // Started after the key is checked: a caller's trace context counts for an accepted key only.
-    if (tracing !== undefined) x.trace = tracing.request(x.req, x.requestId, forwarded === undefined ? client !== undefined : verifier!.accepted(forwarded));
+    if (tracing !== undefined) {
+      const forwarded = passThrough(client);
+      x.trace = tracing.request(x.req, x.requestId, forwarded === undefined ? client !== undefined : verifier!.accepted(forwarded));
+    }
     if (client === undefined) return fail(x, 'E401');
     x.client = client;
 

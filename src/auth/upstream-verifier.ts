@@ -115,6 +115,12 @@ export class VerdictBook {
   }
 }
 
+/** A read of the fleet's word on a key, and the read the key's later requests wait for. */
+interface FleetRead {
+  readonly sent: Promise<void>;
+  next?: Promise<void>;
+}
+
 /** The fleet's share of verification: verdicts and turns in Redis, under the book's providers. */
 export interface FleetVerdicts {
   readonly store: SharedVerdicts;
@@ -135,6 +141,8 @@ export class UpstreamVerifier {
   readonly #verifyMs: number;
   readonly #rejectMs: number;
   readonly #clock: Clock;
+  /** Per key, the read of the fleet's word under way (`reconcile`), and the one queued behind it. */
+  readonly #reading = new Map<string, FleetRead>();
 
   constructor(auth: AuthConfig, clock: Clock, book: VerdictBook, fleet?: FleetVerdicts) {
     this.#book = book;
@@ -155,6 +163,36 @@ export class UpstreamVerifier {
     const digest = hash('sha256', presented, 'hex');
     if (this.#rejectedNow(digest)) return undefined;
     return { id: `client:${digest.slice(0, 16)}`, plan: this.#plan, metricsId: PASS_THROUGH_METRICS_ID, key: presented, digest, source: addressSource(remoteAddress) };
+  }
+
+  /**
+   * With Redis, for a key this instance holds accepted on some endpoint, which its cache would
+   * answer without asking anyone: reads what the fleet heard of the key first, so that a 401 (or
+   * a 403 on an endpoint) another instance heard ends the key here too. Resolves to the client,
+   * or to undefined when the key stands rejected now. Undefined, at once, when there is nothing to
+   * read: no Redis, or a key not accepted here (its verification reads the fleet's word anyway).
+   * A read is sent after the request arrived, never one already on its way, which may have left
+   * before the verdict reached Redis; the requests of a key that arrive meanwhile share the next.
+   */
+  reconcile(client: PassThroughClient): Promise<PassThroughClient | undefined> | undefined {
+    if (this.#fleet === undefined || !this.accepted(client)) return undefined;
+    const { digest } = client;
+    const reading = this.#reading.get(digest);
+    let read: Promise<void>;
+    if (reading === undefined) read = this.#read(digest);
+    else read = reading.next ??= reading.sent.then(() => this.#read(digest));
+    return read.then(() => (this.#rejectedNow(digest) ? undefined : client));
+  }
+
+  /** Sends one read of the fleet's word on the key; the next is queued behind it (`reconcile`). */
+  #read(digest: string): Promise<void> {
+    const reading: FleetRead = {
+      sent: this.#hear(digest).finally(() => {
+        if (this.#reading.get(digest) === reading) this.#reading.delete(digest);
+      }),
+    };
+    this.#reading.set(digest, reading);
+    return reading.sent;
   }
 
   /** Where the key stands on `endpoint` now, by this instance's memory. */
@@ -186,8 +224,10 @@ export class UpstreamVerifier {
    * endpoint only. Everything else says nothing: errors, 429s, perch's refusals, and a not found
    * perch made itself for a request the provider cannot match (`unasked`), which a made-up key
    * could otherwise ask for to be accepted without the provider ever seeing it.
+   * Returns, for a rejection or a refusal, the write that tells the fleet: the request that heard
+   * it is answered once Redis has it, so no instance serves the key after its client saw the 401.
    */
-  judge(client: PassThroughClient, endpoint: EndpointName, result: UpstreamResult): void {
+  judge(client: PassThroughClient, endpoint: EndpointName, result: UpstreamResult): Promise<void> | undefined {
     const at = this.#clock.now();
     const { digest } = client;
     if (result.kind === 'ok' || (result.kind === 'not_found' && result.unasked !== true)) {
@@ -196,21 +236,25 @@ export class UpstreamVerifier {
       this.#say(digest, endpoint, { accepted: true, at });
       // A renewal the fleet heard of lately is not news: peers revalidate at worst once more.
       if (before?.accepted !== true || at - before.at >= this.#verifyMs / 2) this.#tell(digest, endpoint, { kind: 'a', at });
-    } else if (result.kind === 'failed' && result.failure === 'unauthorized') {
-      this.#reject(digest, at);
-    } else if (result.kind === 'failed' && result.failure === 'forbidden') {
-      this.#say(digest, endpoint, { accepted: false, at });
-      this.#tell(digest, endpoint, { kind: 'f', at });
+      return undefined;
     }
+    if (result.kind === 'failed' && result.failure === 'unauthorized') return this.#reject(digest, at);
+    if (result.kind === 'failed' && result.failure === 'forbidden') {
+      this.#say(digest, endpoint, { accepted: false, at });
+      return this.#tell(digest, endpoint, { kind: 'f', at });
+    }
+    return undefined;
   }
 
   /**
    * Records the answer to a call that asked who the key speaks for (`whoAmI`): a key that speaks
    * for a user (`ok`) is rejected as a key the provider rejected is, and so is one it rejected.
-   * Any other answer says nothing: the key's verifying call decides.
+   * Any other answer says nothing: the key's verifying call decides. Returns the write of a
+   * rejection to the fleet, as `judge` does.
    */
-  judgeWhoAmI(client: PassThroughClient, result: UpstreamResult): void {
-    if (result.kind === 'ok' || (result.kind === 'failed' && result.failure === 'unauthorized')) this.#reject(client.digest, this.#clock.now());
+  judgeWhoAmI(client: PassThroughClient, result: UpstreamResult): Promise<void> | undefined {
+    if (result.kind === 'ok' || (result.kind === 'failed' && result.failure === 'unauthorized')) return this.#reject(client.digest, this.#clock.now());
+    return undefined;
   }
 
   /**
@@ -293,10 +337,10 @@ export class UpstreamVerifier {
     return false;
   }
 
-  #reject(digest: string, at: number): void {
+  #reject(digest: string, at: number): Promise<void> | undefined {
     this.#book.said.delete(digest);
     this.#book.rejected.set(digest, at);
-    this.#tell(digest, KEY_FIELD, { kind: 'r', at });
+    return this.#tell(digest, KEY_FIELD, { kind: 'r', at });
   }
 
   #say(digest: string, endpoint: EndpointName, verdict: Said): void {
@@ -305,14 +349,15 @@ export class UpstreamVerifier {
     this.#book.said.set(digest, said);
   }
 
-  /** Tells the fleet a verdict; the key's turn is released only once Redis has it (`#land`). */
-  #tell(digest: string, field: string, verdict: SharedVerdict): void {
-    if (this.#fleet === undefined) return;
+  /** Tells the fleet a verdict; the key's turn is released only once Redis has it (`#land`). Undefined without Redis. */
+  #tell(digest: string, field: string, verdict: SharedVerdict): Promise<void> | undefined {
+    if (this.#fleet === undefined) return undefined;
     const told = this.#fleet.store.record(this.#book.providers, digest, field, verdict, verdict.kind === 'a' ? 2 * this.#verifyMs : this.#rejectMs);
     this.#book.told.set(digest, told);
     void told.then(() => {
       if (this.#book.told.get(digest) === told) this.#book.told.delete(digest);
     });
+    return told;
   }
 
   /** What the fleet heard about the key, merged into this instance's memory: the newer word wins. */

@@ -316,7 +316,8 @@ export class ReadThrough {
     if (!upstreams.tellsUserContext(request.endpoint)) return undefined;
     const asked = { id: client.id, key: client.key, verifying: true, whoAmI: true };
     const { result, upstream, ms, called } = await upstreams.fetch(request, asked, this.#payerOf(client), trace);
-    verifier?.judgeWhoAmI(client, result);
+    const told = verifier?.judgeWhoAmI(client, result);
+    if (told !== undefined) await told;
     const via = { stored: false, upstream, upstreamMs: ms, called };
     if (result.kind === 'ok') {
       this.#deps.logger.info({ key_id: client.id, upstream }, 'pass-through: a user-context token refused (it could read protected accounts into the shared cache)');
@@ -363,7 +364,9 @@ export class ReadThrough {
     const clientKey = client && { id: client.id, key: client.key, ...(verifying ? { verifying } : {}) };
     const { result, upstream, ms, called, payerRefused } = await upstreams.fetch(request, clientKey, payer, trace);
     const via = { upstream, upstreamMs: ms, called, ...(result.batched === undefined ? {} : { batch: result.batched.size }) };
-    if (client !== undefined) verifier?.judge(client, request.endpoint, result);
+    // A rejection reaches the fleet before its 401 reaches the client (upstream-verifier.ts).
+    const told = client === undefined ? undefined : verifier?.judge(client, request.endpoint, result);
+    if (told !== undefined) await told;
     // The pool logs a rejected credential and a stop once; every request they turn away need not
     // be. A made-up key's odd answer (any 4xx) is the key's, and a flood of them must not flood the log.
     if (result.kind === 'failed' && result.failure !== 'unauthorized') {
