@@ -209,6 +209,65 @@ test('revalidations draw on a budget of their own; an acceptance no revalidation
   assert.equal(callsWith(upstream, GENUINE), 3);
 });
 
+test('a stale key asking ids perch answers itself starts no revalidation: the accepted keys\' turn stays for the others', { timeout: 20_000 }, async (t) => {
+  const x = fakeX();
+  const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[USERS_ONLY, new Set<Product>(['users'])], [GENUINE, ALL]]) }));
+  const clock = new ManualClock();
+  const auth = ', verify_ttl_seconds: 10, verify_burst: 2, verify_rate_per_second: 0.001, verify_source_share: 1, revalidate_burst: 1, revalidate_rate_per_second: 0.001';
+  const perch = await startPerch(t, yaml(upstream.url, auth), { clock, timers: clock });
+  const client = from(t, perch, '127.0.0.1');
+  assert.equal((await client('/v1/users/12', USERS_ONLY)).status, 200);
+  assert.equal((await client('/v1/users/13', GENUINE)).status, 200);
+  assert.equal((await client('/v1/users/12', madeUp())).status, 429, "the unknown keys' turns are spent");
+
+  // Both stale: the cheap key asks an id X cannot have, again and again.
+  clock.advance(10_000);
+  for (let i = 0; i < 5; i++) assert.equal((await client(IMPOSSIBLE, USERS_ONLY)).status, 404);
+  // The accepted keys' one turn is still there for the other key's revalidation...
+  assert.match((await client('/v1/users/13', GENUINE)).cacheStatus, /; hit/);
+  await waitFor(() => callsWith(upstream, GENUINE) === 3);
+  await waitFor(async () => (await metric(perch, 'perch_upstream_requests_total{upstream="x",route="user",outcome="ok"}')) === 3);
+  // ...which renewed it: past twice verify_ttl_seconds from its first acceptance, still a hit.
+  clock.advance(10_000);
+  assert.match((await client('/v1/users/13', GENUINE)).cacheStatus, /; hit/);
+  assert.equal(callsWith(upstream, USERS_ONLY), 2, 'who it speaks for, and its first call');
+});
+
+test('a stale key whose revalidations renew nothing takes one turn per endpoint each tenth of verify_ttl_seconds, not every turn', { timeout: 20_000 }, async (t) => {
+  const x = fakeX();
+  const failing = new Set<string>();
+  const checked = checkedX(x, { plans: new Map([[USERS_ONLY, ALL], [GENUINE, ALL]]) });
+  // X failing for one key only: its calls renew nothing, however often they are made.
+  const upstream = await startUpstream(t, (req, res) => {
+    if (!failing.has(String(req.headers.authorization).replace(/^Bearer /, ''))) return checked(req, res);
+    res.writeHead(503, { 'content-type': 'application/problem+json' });
+    res.end('{"title":"Service Unavailable"}');
+  });
+  const clock = new ManualClock();
+  // Three turns for accepted keys: this key's first try, the other key's, this key's next.
+  const auth = ', verify_ttl_seconds: 10, verify_burst: 2, verify_rate_per_second: 0.001, verify_source_share: 1, revalidate_burst: 3, revalidate_rate_per_second: 0.001';
+  const perch = await startPerch(t, yaml(upstream.url, auth).replace('timeout_ms: 2000', 'timeout_ms: 2000, retries: 0'), { clock, timers: clock });
+  const client = from(t, perch, '127.0.0.1');
+  assert.equal((await client('/v1/users/12', USERS_ONLY)).status, 200);
+  assert.equal((await client('/v1/users/13', GENUINE)).status, 200);
+
+  failing.add(USERS_ONLY);
+  clock.advance(10_000);
+  const failed = () => metric(perch, 'perch_upstream_requests_total{upstream="x",route="user",outcome="status_5xx"}');
+  assert.match((await client('/v1/users/12', USERS_ONLY)).cacheStatus, /; hit/);
+  await waitFor(async () => (await failed()) === 1);
+  // Its revalidation failed and left it stale: its next requests, served from the cache, start none.
+  for (let i = 0; i < 4; i++) assert.match((await client('/v1/users/12', USERS_ONLY)).cacheStatus, /; hit/);
+  assert.match((await client('/v1/users/13', GENUINE)).cacheStatus, /; hit/);
+  await waitFor(() => callsWith(upstream, GENUINE) === 3);
+  assert.equal(callsWith(upstream, USERS_ONLY), 3);
+  // A tenth of verify_ttl_seconds later the key may try again.
+  clock.advance(1_000);
+  assert.match((await client('/v1/users/12', USERS_ONLY)).cacheStatus, /; hit/);
+  await waitFor(async () => (await failed()) === 2);
+  assert.equal(callsWith(upstream, USERS_ONLY), 4);
+});
+
 test('a user-context token, which could read protected accounts into the shared cache, is refused: X is asked who it speaks for, once', { timeout: 20_000 }, async (t) => {
   const x = fakeX();
   const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL], [USER_CONTEXT, ALL]]), users: new Set([USER_CONTEXT]) }));

@@ -102,7 +102,7 @@ export function createPerch(options: PerchOptions): Perch {
     ...(tiers.sharedFlights === undefined ? {} : { sharedFlights: tiers.sharedFlights }),
     clock,
     logger,
-    verifyTurn: (line, source) => rateLimits.verificationTurn(runtime.current.config, line, source),
+    verifyTurn: (line, source, subject) => rateLimits.verificationTurn(runtime.current.config, line, source, subject),
   });
   const handler = createRequestHandler({ live: runtime, cache: readThrough, rateLimits, budgets, logger, metrics, tracing });
   metrics.addCacheTier(tiers.cache.memory);

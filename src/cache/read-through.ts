@@ -46,9 +46,10 @@ export interface ReadThroughDeps {
   /**
    * Pass-through auth: whether one more verifying call may go out now (undefined), or the
    * seconds to wait, on the line's budget (`auth.verify_*` for keys the provider has not
-   * accepted, per client source and together; `auth.revalidate_*` for keys it accepted).
+   * accepted, per client source and together; `auth.revalidate_*` for keys it accepted, per key
+   * and endpoint, the `subject`, and together).
    */
-  readonly verifyTurn?: (line: VerifyLine, source: string) => Promise<number | undefined>;
+  readonly verifyTurn?: (line: VerifyLine, source: string, subject: string) => Promise<number | undefined>;
 }
 
 /**
@@ -210,7 +211,7 @@ export class ReadThrough {
     if (gate.kind === 'failed') return this.#forwarded(request, { ...gate.answer, stored: false }, false);
     let fetched: Fetched | undefined;
     try {
-      const wait = await this.#deps.verifyTurn?.(gate.line, client.source);
+      const wait = await this.#deps.verifyTurn?.(gate.line, client.source, `${client.id}:${request.endpoint}`);
       if (wait !== undefined) fetched = { ...errorAnswer('E429'), retryAfterSeconds: wait, stored: false };
       else fetched = (gate.line === 'unknown' ? await this.#userContext(request, client, trace) : undefined) ?? (await this.#fetchUpstream(request, this.#payerOf(client), trace, client, undefined, true));
       return this.#forwarded(request, fetched, true);
@@ -439,17 +440,19 @@ export class ReadThrough {
   /**
    * Pass-through auth: the cache answers a key on an endpoint only while the provider's acceptance
    * of it there holds (upstream-verifier.ts). An acceptance gone stale still does, while one
-   * revalidation of the key runs behind the answer, on the accepted keys' turn.
+   * revalidation of the key runs behind the answer, on the accepted keys' turn; not behind an
+   * answer perch makes itself (an id the provider cannot have), which would ask the provider
+   * nothing and renew nothing.
    */
   #admits(request: EndpointRequest, client: Client): boolean {
     const pass = passThrough(client);
     if (pass === undefined) return true;
-    const verifier = this.#deps.live.current.verifier;
+    const { verifier, upstreams } = this.#deps.live.current;
     if (verifier === undefined) return false;
     const standing = verifier.standing(pass, request.endpoint);
-    if (standing === 'stale') {
+    if (standing === 'stale' && upstreams.known(request) === undefined) {
       const revalidation = verifier.revalidate(pass, request.endpoint, async () => {
-        if ((await this.#deps.verifyTurn?.('known', pass.source)) !== undefined) return;
+        if ((await this.#deps.verifyTurn?.('known', pass.source, `${pass.id}:${request.endpoint}`)) !== undefined) return;
         await this.#fetchUpstream(request, this.#payerOf(pass), undefined, pass, undefined, true);
       });
       revalidation.catch((error: unknown) => this.#deps.logger.error({ err: error, route: request.endpoint }, 'pass-through revalidation failed'));

@@ -125,7 +125,7 @@ const auth = obj(
       aboveMin: true,
       default: 10,
       expected: 'a positive number',
-      doc: 'mode `upstream`: provider calls per second, fleet-wide, that may verify keys the provider accepted lately (a stale acceptance renewed, another endpoint checked), apart from the unknown keys\' budget (positive number)',
+      doc: 'mode `upstream`: provider calls per second, fleet-wide, that may verify keys the provider accepted lately (a stale acceptance renewed, another endpoint checked), apart from the unknown keys\' budget; one key takes at most one per endpoint each tenth of `verify_ttl_seconds` (positive number)',
     }),
     revalidate_burst: int({
       min: 1,

@@ -13,8 +13,9 @@ import { compilePlan, type BucketLimiter, type Plan, type Verdict } from './toke
 /**
  * The buckets of pass-through verification: every key the provider has not accepted yet shares
  * the first, and those of one client source each share one more (`perch:unverified:<source>`);
- * keys it accepted share the last. No key's id can be one: configured ids have no colon, and a
- * forwarded key's id is `client:` and hex digits.
+ * keys it accepted share the last, and each key has one more per endpoint
+ * (`perch:accepted:<key id>:<endpoint>`). No key's id can be one: configured ids have no colon,
+ * and a forwarded key's id is `client:` and hex digits.
  */
 const UNVERIFIED_ID = 'perch:unverified';
 const ACCEPTED_ID = 'perch:accepted';
@@ -24,6 +25,7 @@ interface VerificationPlans {
   readonly all: Plan;
   readonly perSource: Plan;
   readonly accepted: Plan;
+  readonly perKey: Plan;
 }
 
 /**
@@ -97,11 +99,18 @@ export class RateLimits {
    * keys, and those of one client source take at most `verify_source_share` of it, so one source
    * cannot take every turn from the new keys of others. Keys it accepted (`known`: a stale
    * acceptance renewed, another endpoint checked) draw on a budget of their own
-   * (`revalidate_rate_per_second`, `revalidate_burst`), which no made-up key can touch.
+   * (`revalidate_rate_per_second`, `revalidate_burst`), which no made-up key can touch, and one
+   * such key takes at most one of its turns per endpoint (`subject`: the key's id and the
+   * endpoint) each tenth of `verify_ttl_seconds`: a call that renews nothing (the provider down,
+   * or stopping the key) cannot let one accepted key take the turns of all the others.
    */
-  async verificationTurn(config: Config, line: 'known' | 'unknown', source: string): Promise<number | undefined> {
+  async verificationTurn(config: Config, line: 'known' | 'unknown', source: string, subject: string): Promise<number | undefined> {
     const plans = this.#verificationPlans(config.auth);
-    if (line === 'known') return waitOf(await this.#limiter.take(ACCEPTED_ID, plans.accepted, 1), plans.accepted);
+    if (line === 'known') {
+      const own = waitOf(await this.#limiter.take(`${ACCEPTED_ID}:${subject}`, plans.perKey, 1), plans.perKey);
+      if (own !== undefined) return own;
+      return waitOf(await this.#limiter.take(ACCEPTED_ID, plans.accepted, 1), plans.accepted);
+    }
     const own = waitOf(await this.#limiter.take(`${UNVERIFIED_ID}:${source}`, plans.perSource, 1), plans.perSource);
     if (own !== undefined) return own;
     return waitOf(await this.#limiter.take(UNVERIFIED_ID, plans.all, 1), plans.all);
@@ -116,6 +125,7 @@ export class RateLimits {
         all: plan('verify', auth.verify_burst, auth.verify_rate_per_second),
         perSource: plan('verify-source', Math.max(1, Math.ceil(share * auth.verify_burst)), share * auth.verify_rate_per_second),
         accepted: plan('revalidate', auth.revalidate_burst, auth.revalidate_rate_per_second),
+        perKey: plan('revalidate-key', 1, 10 / auth.verify_ttl_seconds),
       };
       this.#verification.set(auth, plans);
     }
