@@ -384,6 +384,21 @@ test('two instances on one Redis: once the provider rejected a key through one, 
   assert.equal((await onB('/v1/users/12', downgraded)).status, 200);
 });
 
+test(`two instances on one Redis: a key's acceptance renewed through one holds on the other, while made-up keys keep the unknown keys' turns spent`, { timeout: 30_000 }, async (t) => {
+  const x = fakeX();
+  const upstream = await startUpstream(t, checkedX(x, { plans: new Map([[GENUINE, ALL]]) }));
+  const clock = new ManualClock();
+  const { onA, onB } = await fleetOfTwo(t, upstream, ', verify_ttl_seconds: 4, verify_burst: 1, verify_rate_per_second: 0.001, verify_source_share: 1', { clock });
+  assert.equal((await onA('/v1/users/1', GENUINE)).status, 200);
+  // Renewed on A by its own miss 1.5 s later: the acceptance holds until 9.5 s.
+  clock.advance(1_500);
+  assert.match((await onA('/v1/users/2', GENUINE)).cacheStatus, /fwd=miss/);
+  assert.equal((await onB('/v1/users/3', madeUp())).status, 429, "the unknown keys' one turn is spent");
+  clock.advance(7_100);
+  const onTheOther = await onB('/v1/users/1', GENUINE);
+  assert.deepEqual([onTheOther.status, onTheOther.cacheStatus.includes('; hit')], [200, true]);
+});
+
 test("a new key's requests waiting for its verifying call share that call's failure: one call, however many wait", { timeout: 20_000 }, async (t) => {
   const { x, upstream, newcomer } = await newcomerX(t);
   const perch = await startPerch(t, yaml(upstream.url, '').replace('timeout_ms: 2000', 'timeout_ms: 2000, retries: 0'));

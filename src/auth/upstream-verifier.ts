@@ -232,10 +232,10 @@ export class UpstreamVerifier {
     const { digest } = client;
     if (result.kind === 'ok' || (result.kind === 'not_found' && result.unasked !== true)) {
       this.#book.rejected.delete(digest);
-      const before = this.#book.said.get(digest)?.get(endpoint);
       this.#say(digest, endpoint, { accepted: true, at });
-      // A renewal the fleet heard of lately is not news: peers revalidate at worst once more.
-      if (before?.accepted !== true || at - before.at >= this.#verifyMs / 2) this.#tell(digest, endpoint, { kind: 'a', at });
+      // Every renewal too: the fleet's record must date the acceptance as this instance does, or
+      // another instance would send the key to the unknown keys' line while it still holds.
+      this.#tell(digest, endpoint, { kind: 'a', at });
       return undefined;
     }
     if (result.kind === 'failed' && result.failure === 'unauthorized') return this.#reject(digest, at);
