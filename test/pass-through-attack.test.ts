@@ -434,6 +434,31 @@ test("a reload while a key's verifying call runs: the key's next requests still 
   assert.equal(callsWith(upstream, newcomer), 2);
 });
 
+test(`a reload that changes remembered_keys while a key's verifying call runs: that call's verdict answers the key's requests from before and after it`, { timeout: 20_000 }, async (t) => {
+  const { x, upstream, newcomer } = await newcomerX(t);
+  // Two turns for unknown keys: the key that fills the cache takes one, the newcomer's verifying
+  // call the other, and none is left for a request that would verify the newcomer again.
+  const auth = (remembered: number) => `, verify_burst: 2, verify_rate_per_second: 0.001, verify_source_share: 1, remembered_keys: ${remembered}`;
+  const perch = await startPerch(t, yaml(upstream.url, auth(1000)));
+  await fill(t, perch, 3);
+  x.hold = true;
+  const client = from(t, perch, '127.0.0.3');
+  const first = client('/v1/users/1', newcomer);
+  await waitFor(() => x.held.length === 1);
+  const waiting = client('/v1/users/2', newcomer);
+  await waitFor(() => perch.received() === 5);
+  perch.reload(yaml(upstream.url, auth(2000)));
+  const after = client('/v1/users/3', newcomer);
+  await waitFor(() => perch.received() === 6);
+  releaseAll(x);
+  assert.deepEqual(
+    (await Promise.all([first, waiting, after])).map((r) => r.status),
+    [200, 200, 200],
+  );
+  assert.match((await client('/v1/users/3', newcomer)).cacheStatus, /; hit/);
+  assert.equal(callsWith(upstream, newcomer), 2);
+});
+
 test('a reload to mode keys while a key waits for its verifying call: the waiting request is 401, not served', { timeout: 20_000 }, async (t) => {
   const { x, upstream, newcomer } = await newcomerX(t);
   const perch = await startPerch(t, yaml(upstream.url, ''));

@@ -129,8 +129,9 @@ export class Runtime {
     const { clock, sharedVerdicts } = this.#options;
     const providers = providersOf(config);
     const remembered = config.auth.remembered_keys;
-    const kept = previous?.providers === providers ? previous : undefined;
-    const verdicts = kept !== undefined && kept.said.max === remembered ? kept : new VerdictBook(remembered, providers, kept);
+    // Kept, not copied: the calls under way write their verdicts into it, whichever verifier made them.
+    const verdicts = previous?.providers === providers ? previous : new VerdictBook(remembered, providers);
+    verdicts.remember(remembered);
     // The turn outlasts the call it covers: its whole miss deadline, and a second to tell the verdict.
     const fleet = sharedVerdicts === undefined ? undefined : { store: sharedVerdicts, turnMs: config.server.miss_deadline_ms + 1000 };
     return { verifier: new UpstreamVerifier(config.auth, clock, verdicts, fleet), verdicts };

@@ -83,7 +83,9 @@ class Flight {
 /**
  * The verdicts of one instance, and its keys' verifying calls under way. A reload keeps it as
  * long as the mode and the providers (each upstream's kind and url) stay the same: what the
- * provider said of a key is still true after a change of plans, budgets or TTLs.
+ * provider said of a key is still true after a change of plans, budgets or TTLs. The verifier of
+ * the configuration a reload replaced still writes here the verdicts of its calls under way, and
+ * the requests waiting for them read them here through the new one.
  */
 export class VerdictBook {
   /** Names the providers whose verdicts these are (runtime.ts). */
@@ -93,26 +95,32 @@ export class VerdictBook {
    * rejections, each side at most `remembered_keys` (least recently used dropped first): a flood
    * of made-up keys fills the rejected side only and never pushes out a key the provider accepted.
    */
-  readonly said: LRUCache<string, Map<EndpointName, Said>>;
+  said: LRUCache<string, Map<EndpointName, Said>>;
   /** Key digest -> when the provider rejected the key itself (401). */
-  readonly rejected: LRUCache<string, number>;
+  rejected: LRUCache<string, number>;
   readonly flights = new Map<string, Flight>();
   /** Per key, the latest verdict on its way to the fleet: the key's turn is released after it. */
   readonly told = new Map<string, Promise<void>>();
 
-  /**
-   * `previous`: the book of the configuration a reload replaces, of the same providers, whose
-   * verdicts are taken over (not its calls under way: they end in the book they began in).
-   */
-  constructor(rememberedKeys: number, providers: string, previous?: VerdictBook) {
+  constructor(rememberedKeys: number, providers: string) {
     this.providers = providers;
     this.said = new LRUCache({ max: rememberedKeys });
     this.rejected = new LRUCache({ max: rememberedKeys });
-    if (previous === undefined) return;
-    // Least recently used first, so that the order of use survives, and a smaller bound drops the oldest.
-    for (const digest of previous.said.rkeys()) this.said.set(digest, previous.said.peek(digest)!);
-    for (const digest of previous.rejected.rkeys()) this.rejected.set(digest, previous.rejected.peek(digest)!);
   }
+
+  /** Bounds each side at `rememberedKeys` from now on, keeping what it can of what it holds. */
+  remember(rememberedKeys: number): void {
+    if (this.said.max === rememberedKeys) return;
+    this.said = resized(this.said, rememberedKeys);
+    this.rejected = resized(this.rejected, rememberedKeys);
+  }
+}
+
+/** A copy of `cache` bounded at `max`: least recently used first, so that the order of use survives, and a smaller bound drops the oldest. */
+function resized<V extends {}>(cache: LRUCache<string, V>, max: number): LRUCache<string, V> {
+  const copy = new LRUCache<string, V>({ max });
+  for (const digest of cache.rkeys()) copy.set(digest, cache.peek(digest)!);
+  return copy;
 }
 
 /** A read of the fleet's word on a key, and the read the key's later requests wait for. */
