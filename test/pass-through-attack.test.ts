@@ -4,13 +4,18 @@
 // come from addresses of their own (127.0.0.x), as a flood and its victims would.
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
+import { Redis } from 'ioredis';
 import { Agent, request } from 'undici';
 import { onCleanup } from './helpers/cleanup.js';
 import { ManualClock } from './helpers/clock.js';
 import { fakeX, type FakeX } from './helpers/fake-x.js';
 import { metric, startPerch, waitFor, type RunningPerch } from './helpers/perch.js';
+import { spawnPerch } from './helpers/perch-process.js';
 import { startRedis } from './helpers/redis-server.js';
+import { tempDir } from './helpers/temp-dir.js';
 import { startUpstream, type TestUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
 import { answerAppOnlyWhoAmI } from './helpers/x-v2-fixtures.js';
 
@@ -397,6 +402,43 @@ test(`two instances on one Redis: a key's acceptance renewed through one holds o
   clock.advance(7_100);
   const onTheOther = await onB('/v1/users/1', GENUINE);
   assert.deepEqual([onTheOther.status, onTheOther.cacheStatus.includes('; hit')], [200, true]);
+});
+
+test(`two instances on one Redis: one killed while it holds a key's verifying turn holds up the other only until its lease lapses, not for its miss deadline`, { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const { x, upstream, newcomer } = await newcomerX(t);
+  // A miss deadline far past the test's timeout: a turn held that long would time the test out.
+  const config = yaml(upstream.url, '', `cache: { redis: { url: "${redis.url}", prefix: "t:", command_timeout_ms: 10000 } }`).replace(
+    'server: { host: 127.0.0.1, port: 0 }',
+    'server: { host: 127.0.0.1, port: 0, miss_deadline_ms: 600000 }',
+  );
+  const path = join(tempDir(t, 'perch-turn-'), 'perch.yaml');
+  writeFileSync(path, config);
+  const doomed = await spawnPerch(t, path);
+  const survivor = await startPerch(t, config);
+  await waitFor(async () => survivor.cache.redisConnected === true && (await metric(doomed, 'perch_redis_up')) === 1, 10_000);
+  await fill(t, survivor, 1);
+  const turns = new Redis(redis.url);
+  onCleanup(t, () => turns.disconnect());
+
+  x.hold = true;
+  const dying = request(`${doomed.url}/v1/users/1`, { headers: { 'x-api-key': newcomer } }).catch(() => undefined);
+  await waitFor(() => x.held.length === 1);
+  const held = await turns.keys('t:auth:turn:*');
+  assert.equal(held.length, 1, "the doomed instance holds the key's turn");
+  // A lease of 3 s, which the living holder renews while its call runs.
+  const lease = await turns.pttl(held[0]!);
+  assert.ok(lease > 0 && lease <= 3000, `lease ${lease} ms`);
+  await waitFor(async () => (await turns.pttl(held[0]!)) > lease);
+  const waiting = from(t, survivor, '127.0.0.3')('/v1/users/1', newcomer);
+  await waitFor(() => survivor.received() === 2);
+  doomed.process.kill('SIGKILL');
+  await doomed.exited;
+  await dying;
+  releaseAll(x);
+  assert.equal((await waiting).status, 200);
+  // The dead instance's two calls (who it speaks for, its verifying call), then the survivor's.
+  assert.equal(callsWith(upstream, newcomer), 4);
 });
 
 test("a new key's requests waiting for its verifying call share that call's failure: one call, however many wait", { timeout: 20_000 }, async (t) => {

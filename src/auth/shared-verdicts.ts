@@ -17,6 +17,12 @@ export const KEY_FIELD = '*';
 /** How often an instance waiting for another's verifying call looks whether it ended. */
 const POLL_MS = 15;
 
+/**
+ * How long a key's verifying turn lasts unless its holder renews it (a third of it before it
+ * lapses, while its call runs): an instance that died holding a turn frees it within this.
+ */
+const LEASE_MS = 3000;
+
 // One key's hash: a rejection replaces everything said before it; an endpoint's verdict ends a
 // rejection (the provider answered the key since). The key lapses with its longest verdict.
 const RECORD_SCRIPT = `
@@ -27,6 +33,8 @@ return 1`;
 
 // Deletes the turn only if it is still ours: after it expired another instance may hold it.
 const RELEASE_SCRIPT = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+// Extends the turn only if it is still ours.
+const RENEW_SCRIPT = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
 
 /** A key's verifying turn, held by this instance in Redis until `release`. */
 export interface FleetTurn {
@@ -71,23 +79,37 @@ export class SharedVerdicts {
   }
 
   /**
-   * Takes the key's verifying turn for `leaseMs` (the longest a verifying call can take, so it
-   * never lapses under a live holder; a crashed holder delays the others until it does).
+   * Takes the key's verifying turn for at most `turnMs` (the longest a verifying call can take),
+   * as a lease of a few seconds (`LEASE_MS`) that this instance renews until `release`: a live
+   * holder keeps it, one that died frees it within the lease, not `turnMs`.
    * `held`: another instance has it; undefined: Redis did not answer, and nobody can be waited for.
    */
-  async take(namespace: string, digest: string, leaseMs: number): Promise<FleetTurn | 'held' | undefined> {
+  async take(namespace: string, digest: string, turnMs: number): Promise<FleetTurn | 'held' | undefined> {
     const key = this.#key('turn', namespace, digest);
     const token = randomUUID();
+    const leaseMs = Math.min(turnMs, LEASE_MS);
     const taken = await this.#guard.run('auth turn', key, (client) => client.set(key, token, 'PX', leaseMs, 'NX'));
     if (taken === undefined) return undefined;
     if (taken !== 'OK') return 'held';
-    return { release: () => this.#guard.fire('auth release', (client) => client.eval(RELEASE_SCRIPT, 1, key, token)) };
+    const until = performance.now() + turnMs;
+    const renewal = setInterval(() => {
+      const left = Math.ceil(Math.min(leaseMs, until - performance.now()));
+      if (left <= 0) clearInterval(renewal);
+      else void this.#guard.run('auth turn', key, (client) => client.eval(RENEW_SCRIPT, 1, key, token, left));
+    }, leaseMs / 3);
+    renewal.unref();
+    return {
+      release: () => {
+        clearInterval(renewal);
+        this.#guard.fire('auth release', (client) => client.eval(RELEASE_SCRIPT, 1, key, token));
+      },
+    };
   }
 
-  /** Resolves once no instance holds the key's turn, or after `leaseMs` at the latest, or at once when Redis does not answer. */
-  async ended(namespace: string, digest: string, leaseMs: number): Promise<void> {
+  /** Resolves once no instance holds the key's turn, or after `turnMs` at the latest, or at once when Redis does not answer. */
+  async ended(namespace: string, digest: string, turnMs: number): Promise<void> {
     const key = this.#key('turn', namespace, digest);
-    const deadline = performance.now() + leaseMs;
+    const deadline = performance.now() + turnMs;
     while (performance.now() < deadline) {
       await sleep(POLL_MS);
       const held = await this.#guard.run('auth turn', key, (client) => client.exists(key));
