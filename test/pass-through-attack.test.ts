@@ -13,7 +13,7 @@ import { onCleanup } from './helpers/cleanup.js';
 import { ManualClock } from './helpers/clock.js';
 import { fakeX, type FakeX } from './helpers/fake-x.js';
 import { metric, startPerch, waitFor, type RunningPerch } from './helpers/perch.js';
-import { spawnPerch } from './helpers/perch-process.js';
+import { runCli, spawnPerch } from './helpers/perch-process.js';
 import { startRedis } from './helpers/redis-server.js';
 import { tempDir } from './helpers/temp-dir.js';
 import { startUpstream, type TestUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
@@ -590,6 +590,23 @@ test('verdicts survive a SIGHUP that leaves the auth settings as they were, and 
   perch.reload(yaml(other.url, ', verify_burst: 5'));
   assert.match((await client('/v1/users/12', GENUINE)).cacheStatus, /fwd=miss/);
   assert.equal(other.requests.length, 2);
+});
+
+test(`a verify_source_share too small for an integer Retry-After keeps perch from starting; at the smallest one taken, a source's second new key waits 15 digits' worth`, { timeout: 30_000 }, async (t) => {
+  const upstream = await startUpstream(t, checkedX(fakeX(), { plans: new Map([[GENUINE, ALL], [NEWCOMERS[0]!, ALL]]) }));
+  const path = join(tempDir(t, 'perch-share-'), 'perch.yaml');
+  writeFileSync(path, yaml(upstream.url, ', verify_source_share: 5e-324'));
+  const refused = await runCli(t, ['--config', path]);
+  assert.equal(refused.code, 2);
+  assert.match(refused.stderr, /auth\.verify_source_share: must be at least 1 \/ \(999999999999999 \* verify_rate_per_second\)/);
+  assert.equal(upstream.requests.length, 0);
+
+  const perch = await startPerch(t, yaml(upstream.url, ', verify_source_share: 2e-15'));
+  const client = from(t, perch, '127.0.0.1');
+  assert.equal((await client('/v1/users/1', GENUINE)).status, 200);
+  const res = await request(`${perch.url}/v1/users/1`, { headers: { 'x-api-key': NEWCOMERS[0]! } });
+  await res.body.dump();
+  assert.deepEqual([res.statusCode, res.headers['retry-after']], [429, '500000000000000']);
 });
 
 test('answers perch makes itself come before verification and take no turn: a made-up key asking impossible ids leaves the turn to a new genuine key', { timeout: 20_000 }, async (t) => {
