@@ -4,6 +4,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { test, type TestContext } from 'node:test';
 import { ManualClock } from './helpers/clock.js';
 import { metric, startPerch, waitFor } from './helpers/perch.js';
+import { rawExchange } from './helpers/raw-http.js';
 import { startRedis } from './helpers/redis-server.js';
 import { json, sampleProvider, startUpstream, type TestUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
 import { answerAppOnlyWhoAmI, xFixtureText } from './helpers/x-v2-fixtures.js';
@@ -59,6 +60,24 @@ async function setup(t: TestContext, behaviour: UpstreamBehaviour, options: Opti
 function digest(key: string): string {
   return createHash('sha256').update(key).digest('hex');
 }
+
+test('a repeated X-API-Key is 401 without a call, however alike its values; one key holding a comma is forwarded whole', { timeout: 10_000 }, async (t) => {
+  const COMMA = 'ck-good,comma, 0123456789';
+  const { perch, upstream } = await setup(t, checking([GOOD, COMMA]));
+  const { port } = new URL(perch.url);
+  for (const keys of [[GOOD, GOOD], [GOOD, OTHER_GOOD], [GOOD, '']]) {
+    const lines = keys.map((key) => `X-API-Key: ${key}\r\n`).join('');
+    const { text } = await rawExchange(Number(port), `GET /v1/users/1 HTTP/1.1\r\nHost: x\r\n${lines}Connection: close\r\n\r\n`);
+    assert.match(text, /^HTTP\/1\.1 401 /, keys.join(' / '));
+    assert.ok(text.endsWith(`\r\n\r\n${E401}`), text);
+  }
+  assert.equal(upstream.requests.length, 0);
+  assert.equal((await perch.request('/v1/users/1', { key: COMMA })).status, 200);
+  assert.deepEqual(
+    upstream.requests.map((r) => r.headers['x-api-key']),
+    [COMMA],
+  );
+});
 
 test("the client's key is the call's credential, in place of the configured one", { timeout: 10_000 }, async (t) => {
   const { perch, upstream } = await setup(t, checking([GOOD]));

@@ -15,6 +15,7 @@ import type { BudgetBook } from '../upstream/budget-book.js';
 import { codingTag, negotiate } from '../server/accept-encoding.js';
 import { httpDate, notModified } from '../server/conditional.js';
 import { pushCachePolicy, send, sendError, sendNotModified } from '../server/respond.js';
+import { presentedKey } from '../server/api-key.js';
 import { requestIdFrom } from '../server/request-id.js';
 import { matchRoute, type RouteMatch } from '../url-table.js';
 import { base, recorder, type Exchange } from './exchange.js';
@@ -81,7 +82,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
   function serve(x: Exchange): Promise<void> | undefined {
     // The key is checked before anything else, so an unauthenticated caller learns nothing,
     // not even which routes exist.
-    const presented = x.req.headers['x-api-key'];
+    const presented = presentedKey(x.req);
     const { keys, verifier } = deps.live.current;
     if (verifier === undefined) return identified(x, keys.authenticate(presented, x.req.socket), undefined);
     const forwarded = verifier.authenticate(presented, x.req.socket.remoteAddress);
