@@ -494,7 +494,8 @@ upstreams: { x: { kind: x_v2, url: "${upstream.url}", timeout_ms: 2000, batch: {
 `;
   const perch = await startPerch(t, yaml, { clock, timers: clock });
   const [one, two] = ['AAAAAAAAAAAAAAAAAAAAAPassThroughKeyOne0001', 'AAAAAAAAAAAAAAAAAAAAAPassThroughKeyTwo0002'];
-  // Each key's first call verifies it; then both keys miss at once, within what would be a window.
+  // Each key's first request verifies it (who it speaks for, then the lookup); then both keys
+  // miss at once, within what would be a window.
   assert.equal((await perch.request('/v1/users/1', { key: one })).status, 200);
   assert.equal((await perch.request('/v1/users/2', { key: two })).status, 200);
   const results = await Promise.all([perch.request('/v1/users/3', { key: one }), perch.request('/v1/users/4', { key: two })]);
@@ -503,7 +504,7 @@ upstreams: { x: { kind: x_v2, url: "${upstream.url}", timeout_ms: 2000, batch: {
     [200, 200],
   );
   assert.deepEqual(
-    upstream.requests.slice(2).map((r) => [r.url, r.headers.authorization]).sort(),
+    upstream.requests.slice(4).map((r) => [r.url, r.headers.authorization]).sort(),
     [
       [`/2/users/3?${USER_QUERY}`, `Bearer ${one}`],
       [`/2/users/4?${USER_QUERY}`, `Bearer ${two}`],

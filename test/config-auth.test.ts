@@ -26,6 +26,9 @@ describe('auth.mode: upstream', () => {
       remembered_keys: 100000,
       verify_rate_per_second: 1,
       verify_burst: 20,
+      verify_source_share: 0.25,
+      revalidate_rate_per_second: 10,
+      revalidate_burst: 100,
     });
   });
 
@@ -61,10 +64,22 @@ describe('auth.mode: upstream', () => {
       ['{ mode: upstream, default_plan: resale, verify_ttl_seconds: 0 }', ['auth.verify_ttl_seconds: must be an integer from 1 to 86400']],
       ['{ mode: upstream, default_plan: resale, reject_ttl_seconds: 86401 }', ['auth.reject_ttl_seconds: must be an integer from 1 to 86400']],
       ['{ mode: upstream, default_plan: resale, remembered_keys: 0 }', ['auth.remembered_keys: must be an integer from 1 to 10000000']],
+      [
+        '{ mode: upstream, default_plan: resale, verify_source_share: 5e-324 }',
+        [
+          "auth.verify_source_share: must be at least 1 / (999999999999999 * verify_rate_per_second) (one source's keys wait at most 999999999999999 seconds for a turn, the largest integer Retry-After carries)",
+        ],
+      ],
+      [
+        '{ mode: upstream, default_plan: resale, revalidate_rate_per_second: 1e-300 }',
+        ['auth.revalidate_rate_per_second: must be at least 1 / 999999999999999 (an accepted key waits at most 999999999999999 seconds for a turn, the largest integer Retry-After carries)'],
+      ],
       ['{ mode: upstream, default_plan: resale, verify_ttl: 5 }', ['auth.verify_ttl: unknown key (did you mean "verify_ttl_seconds"?)']],
       ['{ mode: both, keys: [{ id: a, key: "0123456789abcdef0", plan: resale }] }', ['auth.mode: must be one of keys, upstream']],
     ];
     for (const [auth, expected] of cases) assert.deepEqual(problemsOf(auth), expected, auth);
+    // The smallest share of a turn a second whose wait is an integer of 15 digits.
+    assert.equal(parseConfig(`auth: { mode: upstream, default_plan: resale, verify_source_share: 2e-15 }\n${PLANS}`, {}).auth.verify_source_share, 2e-15);
   });
 
   it('refuses options of mode upstream in mode keys, and still needs keys there', { timeout: 5000 }, () => {

@@ -92,7 +92,7 @@ describe('parseConfig: defaults and valid files', () => {
         miss_deadline_ms: 10000,
         rate_limit_headers: ['ietf'],
       },
-      auth: { mode: 'keys', keys: [{ id: 'alpha', plan: 'small', sha256: ALPHA_DIGEST }], verify_ttl_seconds: 300, reject_ttl_seconds: 60, remembered_keys: 100000, verify_rate_per_second: 1, verify_burst: 20 },
+      auth: { mode: 'keys', keys: [{ id: 'alpha', plan: 'small', sha256: ALPHA_DIGEST }], verify_ttl_seconds: 300, reject_ttl_seconds: 60, remembered_keys: 100000, verify_rate_per_second: 1, verify_burst: 20, verify_source_share: 0.25, revalidate_rate_per_second: 10, revalidate_burst: 100 },
       rate_limits: { small: { capacity: 5, refill_per_second: 1, cost_of_hit: 1, provider_weight: 1 } },
       upstreams: { demo: { kind: 'fixture' } },
       routes: {

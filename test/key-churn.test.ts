@@ -47,7 +47,7 @@ test('100,000 made-up keys leave bounded state: verdicts within remembered_keys,
   const upstream = await startUpstream(t, checking);
   const yaml = `
 server: { host: 127.0.0.1, port: 0 }
-auth: { mode: upstream, default_plan: resale, verify_burst: 50, verify_rate_per_second: 0.001, remembered_keys: 1000 }
+auth: { mode: upstream, default_plan: resale, verify_burst: 50, verify_rate_per_second: 0.001, verify_source_share: 1, remembered_keys: 1000, reject_ttl_seconds: 5 }
 rate_limits: { resale: { capacity: 10, refill_per_second: 100 } }
 rate_limits_redis: { url: "${redis.url}", command_timeout_ms: 10000 }
 upstreams: { main: { kind: v1, url: "${upstream.url}", timeout_ms: 2000 } }
@@ -82,7 +82,8 @@ log: { level: warn }
   assert.equal(await metric(perch, 'perch_pass_through_keys{verdict="accepted"}'), 0);
   assert.equal(await metric(perch, 'perch_pass_through_keys{verdict="rejected"}'), called);
   // Each key's bucket lapses in Redis once it is full again (capacity / refill: 0.1 s), on Redis's
-  // own clock: what stays is perch's own few keys, the shared verification bucket among them.
+  // own clock, and each rejection the fleet shares once reject_ttl_seconds pass: what stays is
+  // perch's own few keys, the shared verification bucket among them.
   await waitFor(async () => (await client.dbsize()) <= before + 5, 10_000);
   t.diagnostic(`Redis keys after: ${(await client.keys('*')).join(' ')}`);
 });

@@ -8,16 +8,17 @@ import { freePort } from './helpers/perch-process.js';
 import { KEY, metric, startPerch, testConfig, v1 } from './helpers/perch.js';
 import { startRedis } from './helpers/redis-server.js';
 import { json, sampleProvider, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
-import { xFixtureText } from './helpers/x-v2-fixtures.js';
+import { answerAppOnlyWhoAmI, xFixtureText } from './helpers/x-v2-fixtures.js';
 
 /** The one bearer token the fake X accepts. */
 const X_TOKEN = 'AAAAAAAAAAAAAAAAAAAAAGoodXToken%2Bperch';
 const GOOD = 'ck-good-alpha-0123456789';
 
-/** A fake X that serves one user to its one token and answers 401 to any other. */
+/** A fake X that serves one user to its one token, an app-only one, and answers 401 to any other. */
 async function fakeX(t: TestContext): Promise<TestUpstream> {
   return startUpstream(t, (req: IncomingMessage, res: ServerResponse) => {
     if (req.headers.authorization !== `Bearer ${X_TOKEN}`) return json(401, { title: 'Unauthorized', type: 'about:blank', status: 401 })(req, res);
+    if (answerAppOnlyWhoAmI(req, res)) return;
     res.writeHead(200, { 'content-type': 'application/json' });
     res.end(xFixtureText('user'));
   });
@@ -57,17 +58,22 @@ test('a made-up key that asks for an impossible id is 404 without a call, and st
   assert.equal(impossible.status, 404);
   // Nor a username of 16 characters.
   assert.equal((await perch.request('/v1/users/by/username/sixteen_letters_', { key: made })).status, 404);
-  assert.equal(x.requests.length, 1, 'no call for an id or a username X cannot have');
+  // The paying client's key: who it speaks for (an app), then its lookup.
+  assert.equal(x.requests.length, 2, 'no call for an id or a username X cannot have');
   // That answer accepted nothing: the made-up key's next request is the provider's to judge.
   const next = await perch.request('/v1/users/2244994945', { key: made });
   assert.deepEqual([next.status, next.headers.get('cache-status')], [401, 'perch; fwd=miss']);
   assert.deepEqual(
-    x.requests.map((r) => r.headers.authorization),
-    [`Bearer ${X_TOKEN}`, `Bearer ${made}`],
+    x.requests.map((r) => [r.url.split('?')[0], r.headers.authorization]),
+    [
+      ['/2/users/me', `Bearer ${X_TOKEN}`],
+      ['/2/users/2244994945', `Bearer ${X_TOKEN}`],
+      ['/2/users/me', `Bearer ${made}`],
+    ],
   );
   // And the provider's 401 is remembered: the key is refused at once, cache or not.
   assert.equal((await perch.request('/v1/users/2244994945', { key: made })).status, 401);
-  assert.equal(x.requests.length, 2);
+  assert.equal(x.requests.length, 3);
 });
 
 test(`a provider's own 404 for a key accepts it`, { timeout: 20_000 }, async (t) => {
@@ -89,7 +95,8 @@ test(`a provider's own 404 for a key accepts it`, { timeout: 20_000 }, async (t)
 test('made-up keys share one verification bound: 300 of them make verify_burst calls, the rest are 429, and an accepted key survives them', { timeout: 30_000 }, async (t) => {
   const upstream = await startUpstream(t, checking);
   const clock = new ManualClock();
-  const perch = await startPerch(t, passThroughYaml('v1', upstream.url, ', verify_burst: 20, verify_rate_per_second: 2, remembered_keys: 10'), { clock, timers: clock });
+  // One client address: no share of it apart (pass-through-attack.test.ts tests that).
+  const perch = await startPerch(t, passThroughYaml('v1', upstream.url, ', verify_burst: 20, verify_rate_per_second: 2, verify_source_share: 1, remembered_keys: 10'), { clock, timers: clock });
   assert.equal((await perch.request('/v1/users/1', { key: GOOD })).status, 200);
 
   const answers = await Promise.all(Array.from({ length: 300 }, () => perch.request('/v1/users/1', { key: madeUpKey() })));

@@ -3,10 +3,11 @@ import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { test, type TestContext } from 'node:test';
 import { ManualClock } from './helpers/clock.js';
-import { startPerch, waitFor } from './helpers/perch.js';
+import { metric, startPerch, waitFor } from './helpers/perch.js';
+import { rawExchange } from './helpers/raw-http.js';
 import { startRedis } from './helpers/redis-server.js';
 import { json, sampleProvider, startUpstream, type TestUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
-import { xFixtureText } from './helpers/x-v2-fixtures.js';
+import { answerAppOnlyWhoAmI, xFixtureText } from './helpers/x-v2-fixtures.js';
 
 const GOOD = 'ck-good-alpha-0123456789';
 const OTHER_GOOD = 'ck-good-bravo-0123456789';
@@ -60,6 +61,24 @@ function digest(key: string): string {
   return createHash('sha256').update(key).digest('hex');
 }
 
+test('a repeated X-API-Key is 401 without a call, however alike its values; one key holding a comma is forwarded whole', { timeout: 10_000 }, async (t) => {
+  const COMMA = 'ck-good,comma, 0123456789';
+  const { perch, upstream } = await setup(t, checking([GOOD, COMMA]));
+  const { port } = new URL(perch.url);
+  for (const keys of [[GOOD, GOOD], [GOOD, OTHER_GOOD], [GOOD, '']]) {
+    const lines = keys.map((key) => `X-API-Key: ${key}\r\n`).join('');
+    const { text } = await rawExchange(Number(port), `GET /v1/users/1 HTTP/1.1\r\nHost: x\r\n${lines}Connection: close\r\n\r\n`);
+    assert.match(text, /^HTTP\/1\.1 401 /, keys.join(' / '));
+    assert.ok(text.endsWith(`\r\n\r\n${E401}`), text);
+  }
+  assert.equal(upstream.requests.length, 0);
+  assert.equal((await perch.request('/v1/users/1', { key: COMMA })).status, 200);
+  assert.deepEqual(
+    upstream.requests.map((r) => r.headers['x-api-key']),
+    [COMMA],
+  );
+});
+
 test("the client's key is the call's credential, in place of the configured one", { timeout: 10_000 }, async (t) => {
   const { perch, upstream } = await setup(t, checking([GOOD]));
   const res = await perch.request('/v1/users/1', { key: GOOD });
@@ -82,7 +101,9 @@ upstreams: { x: { kind: x_v2, url: "${url}", timeout_ms: 2000 } }
   );
 }
 
-function serveXUser(res: ServerResponse): void {
+/** A user, to any app-only token: X's `/2/users/me` refuses those. */
+function serveXUser(req: IncomingMessage, res: ServerResponse): void {
+  if (answerAppOnlyWhoAmI(req, res)) return;
   res.writeHead(200, { 'content-type': 'application/json' });
   res.end(xFixtureText('user'));
 }
@@ -91,14 +112,19 @@ test('an x_v2 upstream receives the key as a bearer token', { timeout: 10_000 },
   const token = 'AAAAAAAAAAAAAAAAAAAAAClientOwnToken%2Bxyz';
   const upstream = await startUpstream(t, (req: IncomingMessage, res: ServerResponse) => {
     if (req.headers.authorization !== `Bearer ${token}`) return json(401, { title: 'Unauthorized' })(req, res);
-    serveXUser(res);
+    serveXUser(req, res);
   });
   const perch = await xV2PassThrough(t, upstream.url);
   assert.equal((await perch.request('/v1/users/2244994945', { key: token })).status, 200);
   assert.equal((await perch.request('/v1/users/2244994945', { key: 'not-the-token-0123456789' })).text, E401);
+  // A new key is first asked who it speaks for (an app-only token: X's 403), then its request.
   assert.deepEqual(
-    upstream.requests.map((r) => r.headers.authorization),
-    [`Bearer ${token}`, 'Bearer not-the-token-0123456789'],
+    upstream.requests.map((r) => [r.url.split('?')[0], r.headers.authorization]),
+    [
+      ['/2/users/me', `Bearer ${token}`],
+      ['/2/users/2244994945', `Bearer ${token}`],
+      ['/2/users/me', 'Bearer not-the-token-0123456789'],
+    ],
   );
 });
 
@@ -109,7 +135,7 @@ test("pass-through: X's 403 for the client's own token is 401 E401, and perch's 
     if (req.headers.authorization === `Bearer ${forbidden}`) {
       return json(403, { title: 'Client Forbidden', type: 'https://api.twitter.com/2/problems/client-forbidden' })(req, res);
     }
-    serveXUser(res);
+    serveXUser(req, res);
   });
   const perch = await xV2PassThrough(t, upstream.url);
   const refused = await perch.request('/v1/users/2244994945', { key: forbidden });
@@ -117,9 +143,15 @@ test("pass-through: X's 403 for the client's own token is 401 E401, and perch's 
   // The same endpoint, the same user: another key is still asked, and served.
   assert.equal((await perch.request('/v1/users/2244994945', { key: allowed })).status, 200);
   assert.equal((await perch.request('/v1/users/2244994945', { key: allowed })).status, 200, 'from the cache');
+  // Each key: who it speaks for (X's 403 either way: a token that speaks for no user), then the lookup.
   assert.deepEqual(
-    upstream.requests.map((r) => r.headers.authorization),
-    [`Bearer ${forbidden}`, `Bearer ${allowed}`],
+    upstream.requests.map((r) => [r.url.split('?')[0], r.headers.authorization]),
+    [
+      ['/2/users/me', `Bearer ${forbidden}`],
+      ['/2/users/2244994945', `Bearer ${forbidden}`],
+      ['/2/users/me', `Bearer ${allowed}`],
+      ['/2/users/2244994945', `Bearer ${allowed}`],
+    ],
   );
   assert.equal(perch.logs.lines().filter((l) => l.msg === 'provider refuses this endpoint to the credential: not asked again until then').length, 0);
 });
@@ -173,7 +205,7 @@ test('a rejected key is final: the next upstream of the route is not asked', { t
   assert.equal(backup.requests.length, 0);
 });
 
-test("the Redis tier's bodies and flights are not served to a key this instance has not seen accepted", { timeout: 20_000 }, async (t) => {
+test("the Redis tier's bodies and flights are not served to a key the provider has not accepted; its acceptance is the fleet's", { timeout: 20_000 }, async (t) => {
   const redis = await startRedis(t);
   const upstream = await startUpstream(t, checking([GOOD]));
   const options = { cache: `, redis: { url: "${redis.url}", prefix: "t:" }` };
@@ -186,10 +218,12 @@ test("the Redis tier's bodies and flights are not served to a key this instance 
   assert.equal(denied.status, 401);
   assert.equal(denied.text, E401);
   assert.equal(callsOf(upstream, BAD), 1);
-  // Verdicts are per instance: the good key is checked again by its first call through b.
-  assert.match((await b.request('/v1/users/1', { key: GOOD })).headers.get('cache-status') ?? '', /fwd=miss/);
-  assert.equal(callsOf(upstream, GOOD), 2);
+  // Verdicts are shared through Redis: b serves the good key, which a accepted, without a call.
   assert.match((await b.request('/v1/users/1', { key: GOOD })).headers.get('cache-status') ?? '', /; hit;/);
+  assert.equal(callsOf(upstream, GOOD), 1);
+  // And the bad key's rejection: a answers it 401 without asking again.
+  assert.equal((await a.request('/v1/users/1', { key: BAD })).status, 401);
+  assert.equal(callsOf(upstream, BAD), 1);
 });
 
 test('a stale entry is not served to a key the upstream has not accepted', { timeout: 10_000 }, async (t) => {
@@ -225,27 +259,32 @@ test('a flood of one bad key costs one upstream call, until the rejection is for
   assert.equal(callsWith(BAD), 2, 'past reject_ttl_seconds the key is checked again');
 });
 
-test('past verify_ttl_seconds the next request is a real call, and a key revoked meanwhile gets 401', { timeout: 10_000 }, async (t) => {
+test('past verify_ttl_seconds the cache still answers while one revalidation runs, and a key revoked meanwhile gets 401 once it has', { timeout: 10_000 }, async (t) => {
   const { clock, perch, upstream, callsWith } = await setup(t, checking([GOOD]), { auth: ', verify_ttl_seconds: 300' });
   assert.equal((await perch.request('/v1/users/1', { key: GOOD })).status, 200);
   clock.advance(299_000);
   assert.match((await perch.request('/v1/users/1', { key: GOOD })).headers.get('cache-status') ?? '', /; hit;/);
   assert.equal(callsWith(GOOD), 1);
 
+  // Stale: served from the cache, and revalidated by one call behind the answer.
   clock.advance(1_000);
   const again = await perch.request('/v1/users/1', { key: GOOD });
   assert.equal(again.status, 200);
-  assert.match(again.headers.get('cache-status') ?? '', /fwd=miss/);
+  assert.match(again.headers.get('cache-status') ?? '', /; hit;/);
+  // Its answer has landed once it is counted: the acceptance dates from now.
+  await waitFor(async () => (await metric(perch, 'perch_upstream_requests_total{upstream="main",route="user",outcome="ok"}')) === 2);
   assert.equal(callsWith(GOOD), 2);
   assert.match((await perch.request('/v1/users/1', { key: GOOD })).headers.get('cache-status') ?? '', /; hit;/);
+  assert.equal(callsWith(GOOD), 2);
 
   upstream.behaviour = checking([]);
   clock.advance(300_000);
+  // The revalidation's answer is the provider's 401: from then on the key is refused.
+  assert.equal((await perch.request('/v1/users/1', { key: GOOD })).status, 200);
+  await waitFor(() => callsWith(GOOD) === 3);
+  await waitFor(async () => (await perch.request('/v1/users/1', { key: GOOD })).status === 401);
   const revoked = await perch.request('/v1/users/1', { key: GOOD });
-  assert.equal(revoked.status, 401);
-  assert.equal(revoked.text, E401);
-  assert.equal(callsWith(GOOD), 3);
-  assert.equal((await perch.request('/v1/users/1', { key: GOOD })).status, 401);
+  assert.deepEqual([revoked.status, revoked.text], [401, E401]);
   assert.equal(callsWith(GOOD), 3);
 });
 
@@ -261,7 +300,7 @@ test('each key has its own bucket of the default plan', { timeout: 10_000 }, asy
 });
 
 test("rejected keys neither revoke anything nor trip the breaker: they are the client's", { timeout: 10_000 }, async (t) => {
-  const { perch, callsWith } = await setup(t, checking([GOOD]), { upstream: ', breaker: { consecutive_failures: 2, min_calls: 2 }' });
+  const { perch, callsWith } = await setup(t, checking([GOOD]), { upstream: ', breaker: { consecutive_failures: 2, min_calls: 2 }', auth: ', verify_source_share: 1' });
   for (let i = 0; i < 5; i++) assert.equal((await perch.request('/v1/users/1', { key: `${BAD}-${i}` })).status, 401);
   assert.equal((await perch.request('/v1/users/1', { key: GOOD })).status, 200);
   assert.equal(callsWith(GOOD), 1);

@@ -2,6 +2,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Dispatcher } from 'undici';
 import { PurgeRoute } from '../admin/purge.js';
+import { SharedVerdicts } from '../auth/shared-verdicts.js';
 import { StatusRoute } from '../admin/status.js';
 import { createCache } from '../cache/create-cache.js';
 import { ReadThrough } from '../cache/read-through.js';
@@ -91,18 +92,17 @@ export function createPerch(options: PerchOptions): Perch {
   const budgets = new BudgetBook(clock);
   const settings = tracingSettings(config.tracing, options.env ?? {});
   const tracing = settings === undefined ? undefined : createTracing(settings, { clock, logger, exportDelayMs: options.traceExportDelayMs, exportBatchSize: options.traceExportBatchSize });
-  const runtime = new Runtime(config, { clock, timers, logger, metrics, providerState, dispatchers: options.dispatchers, random: options.random, budgets });
+  // Pass-through verdicts live beside the token buckets: the fleet's turns are a rate limit too.
+  // Made whatever the mode, which a reload may change.
+  const sharedVerdicts = redis.limits === undefined ? undefined : new SharedVerdicts(redis.limits.guard, redis.limits.settings.prefix);
+  const runtime = new Runtime(config, { clock, timers, logger, metrics, providerState, dispatchers: options.dispatchers, random: options.random, budgets, sharedVerdicts });
   const readThrough = new ReadThrough({
     live: runtime,
     cache: tiers.cache,
     ...(tiers.sharedFlights === undefined ? {} : { sharedFlights: tiers.sharedFlights }),
     clock,
     logger,
-    async verifyTurn() {
-      const { auth } = runtime.current.config;
-      const verdict = await rateLimits.takeVerification(runtime.current.config);
-      return verdict.allowed ? undefined : Math.max(1, Math.ceil((1 - verdict.tokens) / auth.verify_rate_per_second));
-    },
+    verifyTurn: (line, source, subject) => rateLimits.verificationTurn(runtime.current.config, line, source, subject),
   });
   const handler = createRequestHandler({ live: runtime, cache: readThrough, rateLimits, budgets, logger, metrics, tracing });
   metrics.addCacheTier(tiers.cache.memory);

@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { KeyStore } from '../auth/key-store.js';
-import type { UpstreamVerifier } from '../auth/upstream-verifier.js';
+import type { Client, KeyStore } from '../auth/key-store.js';
+import { passThrough, type UpstreamVerifier } from '../auth/upstream-verifier.js';
 import type { ReadThrough, Served } from '../cache/read-through.js';
 import { variant } from '../cache/entry.js';
 import type { Config } from '../config/types.js';
@@ -15,6 +15,7 @@ import type { BudgetBook } from '../upstream/budget-book.js';
 import { codingTag, negotiate } from '../server/accept-encoding.js';
 import { httpDate, notModified } from '../server/conditional.js';
 import { pushCachePolicy, send, sendError, sendNotModified } from '../server/respond.js';
+import { presentedKey } from '../server/api-key.js';
 import { requestIdFrom } from '../server/request-id.js';
 import { matchRoute, type RouteMatch } from '../url-table.js';
 import { base, recorder, type Exchange } from './exchange.js';
@@ -81,12 +82,23 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
   function serve(x: Exchange): Promise<void> | undefined {
     // The key is checked before anything else, so an unauthenticated caller learns nothing,
     // not even which routes exist.
-    const presented = x.req.headers['x-api-key'];
+    const presented = presentedKey(x.req);
     const { keys, verifier } = deps.live.current;
-    const forwarded = verifier?.authenticate(presented);
-    const client = verifier === undefined ? keys.authenticate(presented, x.req.socket) : forwarded;
+    if (verifier === undefined) return identified(x, keys.authenticate(presented, x.req.socket), undefined);
+    const forwarded = verifier.authenticate(presented, x.req.socket.remoteAddress);
+    // Pass-through with Redis: another instance may have heard the provider reject a key accepted here.
+    const reconciled = forwarded === undefined ? undefined : verifier.reconcile(forwarded);
+    if (reconciled !== undefined) return reconciled.then((client) => identified(x, client, verifier));
+    return identified(x, forwarded, verifier);
+  }
+
+  /** Everything after the key is checked; `verifier`: pass-through auth, which read the key. */
+  function identified(x: Exchange, client: Client | undefined, verifier: UpstreamVerifier | undefined): Promise<void> | undefined {
     // Started after the key is checked: a caller's trace context counts for an accepted key only.
-    if (tracing !== undefined) x.trace = tracing.request(x.req, x.requestId, forwarded === undefined ? client !== undefined : verifier!.accepted(forwarded));
+    if (tracing !== undefined) {
+      const forwarded = passThrough(client);
+      x.trace = tracing.request(x.req, x.requestId, forwarded === undefined ? client !== undefined : verifier!.accepted(forwarded));
+    }
     if (client === undefined) return fail(x, 'E401');
     x.client = client;
 
@@ -97,7 +109,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     // A plan with free hits needs to know whether the cache can answer before it can price the
     // request, so the cache is looked at first; the entry found then is the one served.
     const plan = rateLimits.plan(deps.live.current.config, client);
-    const hit = methodAllowed && match.kind === 'endpoint' && plan.costOfHit === 0 ? cache.hit(match.request.path, client) : undefined;
+    const hit = methodAllowed && match.kind === 'endpoint' && plan.costOfHit === 0 ? cache.hit(match.request, client) : undefined;
     const verdict = rateLimits.take(client, plan, hit === undefined ? 1 : 0);
     if (verdict instanceof Promise) return verdict.then((v) => admit(x, match, methodAllowed, v, hit));
     return admit(x, match, methodAllowed, verdict, hit);
@@ -121,7 +133,7 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     if (!methodAllowed) return fail(x, 'E405', ['allow', 'GET, HEAD']);
     if (match.kind === 'invalid') return fail(x, 'E400', [], match.message);
     // A memory hit is answered synchronously: no await on the hottest path.
-    const served = hit ?? cache.hit(match.request.path, x.client!);
+    const served = hit ?? cache.hit(match.request, x.client!);
     if (served !== undefined) return respond(x, served);
     return cache.fetch(match.request, x.client!, x.trace).then((fetched) => respond(x, fetched));
   }

@@ -1,6 +1,8 @@
+import { hash } from 'node:crypto';
 import type { Dispatcher } from 'undici';
 import { KeyStore } from '../auth/key-store.js';
-import { UpstreamVerifier } from '../auth/upstream-verifier.js';
+import type { SharedVerdicts } from '../auth/shared-verdicts.js';
+import { UpstreamVerifier, VerdictBook } from '../auth/upstream-verifier.js';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config/types.js';
 import type { Logger } from '../logging/logger.js';
@@ -17,9 +19,11 @@ export interface RuntimeSnapshot {
   readonly keys: KeyStore;
   /**
    * Pass-through auth (`auth.mode: upstream`): what the provider said about each forwarded key.
-   * Rebuilt by a reload, so a reload forgets every verdict and keys are verified afresh.
+   * A reload keeps the verdicts unless it changes a provider (an upstream's kind or url).
    */
   readonly verifier?: UpstreamVerifier;
+  /** The verdicts behind `verifier`, for the next reload to keep. */
+  readonly verdicts?: VerdictBook;
   /** Keys of `POST /admin/purge`; absent without an `admin` section. */
   readonly adminKeys?: KeyStore;
   readonly upstreams: UpstreamSet;
@@ -46,6 +50,8 @@ export interface RuntimeOptions {
   readonly random?: () => number;
   /** Each key's provider-call budget as this instance learned it: kept across reloads. */
   readonly budgets: BudgetBook;
+  /** Pass-through verdicts shared with the fleet (`rate_limits_redis`, else `cache.redis`); absent without Redis. */
+  readonly sharedVerdicts?: SharedVerdicts;
 }
 
 /**
@@ -60,7 +66,7 @@ export class Runtime {
 
   constructor(config: Config, options: RuntimeOptions) {
     this.#options = options;
-    this.#current = this.#build(config);
+    this.#current = this.#build(config, undefined);
     // As Prometheus does for its own: the start-up load counts as the first successful one.
     this.#reload = { successful: true, lastSuccessMs: options.clock.now() };
   }
@@ -87,7 +93,7 @@ export class Runtime {
    */
   replace(config: Config): void {
     const previous = this.#current;
-    this.#current = this.#build(config);
+    this.#current = this.#build(config, previous);
     this.#reload = { successful: true, lastSuccessMs: this.#options.clock.now() };
     const { logger } = this.#options;
     logger.level = config.log.level;
@@ -101,16 +107,41 @@ export class Runtime {
     return this.#current.upstreams.close();
   }
 
-  #build(config: Config): RuntimeSnapshot {
+  #build(config: Config, previous: RuntimeSnapshot | undefined): RuntimeSnapshot {
     const { clock, timers, logger, dispatchers, metrics, providerState, random, budgets } = this.#options;
     return {
       config,
       keys: new KeyStore(config.auth.keys),
-      ...(config.auth.mode === 'upstream' ? { verifier: new UpstreamVerifier(config.auth, clock) } : {}),
+      ...(config.auth.mode === 'upstream' ? this.#verification(config, previous?.verdicts) : {}),
       // A store of their own, so neither kind of key opens the other's door. KeyStore carries a
       // plan for client keys; admin keys have none, and nothing reads it.
       ...(config.admin === undefined ? {} : { adminKeys: new KeyStore(config.admin.keys.map((key) => ({ ...key, plan: '' }))) }),
       upstreams: new UpstreamSet(config, { clock, timers, logger, state: providerState, dispatchers, metrics, random, budgets }),
     };
   }
+
+  /**
+   * Pass-through verification. What a provider said of a key stays true through a change of
+   * plans, budgets or TTLs (an acceptance is dated, and its TTL read when it is used), so the
+   * verdicts are kept unless the providers change: another kind or url behind any upstream.
+   */
+  #verification(config: Config, previous: VerdictBook | undefined): Pick<RuntimeSnapshot, 'verifier' | 'verdicts'> {
+    const { clock, sharedVerdicts } = this.#options;
+    const providers = providersOf(config);
+    const remembered = config.auth.remembered_keys;
+    // Kept, not copied: the calls under way write their verdicts into it, whichever verifier made them.
+    const verdicts = previous?.providers === providers ? previous : new VerdictBook(remembered, providers);
+    verdicts.remember(remembered);
+    // The turn outlasts the call it covers: its whole miss deadline, and a second to tell the verdict.
+    const fleet = sharedVerdicts === undefined ? undefined : { store: sharedVerdicts, turnMs: config.server.miss_deadline_ms + 1000 };
+    return { verifier: new UpstreamVerifier(config.auth, clock, verdicts, fleet), verdicts };
+  }
+}
+
+/** Names the providers behind the upstreams (each one's name, kind and url): the judges of pass-through keys. */
+function providersOf(config: Config): string {
+  const providers = Object.entries(config.upstreams)
+    .map(([name, upstream]) => [name, upstream.kind, 'url' in upstream ? upstream.url : ''])
+    .sort(([a], [b]) => (a! < b! ? -1 : 1));
+  return hash('sha256', JSON.stringify(providers), 'hex').slice(0, 16);
 }

@@ -1,6 +1,6 @@
 import { LRUCache } from 'lru-cache';
 import type { Client } from '../auth/key-store.js';
-import { passThrough, type PassThroughClient, type UpstreamVerifier } from '../auth/upstream-verifier.js';
+import { passThrough, type Gate, type PassThroughClient, type UpstreamVerifier, type VerifyLine } from '../auth/upstream-verifier.js';
 import type { Clock } from '../clock.js';
 import type { Config } from '../config/types.js';
 import type { EndpointRequest } from '../endpoints.js';
@@ -8,6 +8,7 @@ import type { Logger } from '../logging/logger.js';
 import type { TraceSpan } from '../tracing/trace-span.js';
 import { answerFor, errorAnswer, type UpstreamAnswer } from '../upstream/answer.js';
 import type { Payer } from '../upstream/upstream.js';
+import { verdictOf } from '../upstream/verdict.js';
 import type { UpstreamSet } from '../upstream/upstream-set.js';
 import { Coalescer } from './coalescer.js';
 import { counterpart } from './cross-population.js';
@@ -44,9 +45,11 @@ export interface ReadThroughDeps {
   readonly logger: Logger;
   /**
    * Pass-through auth: whether one more verifying call may go out now (undefined), or the
-   * seconds to wait. Every key the provider has not accepted yet shares it (`auth.verify_*`).
+   * seconds to wait, on the line's budget (`auth.verify_*` for keys the provider has not
+   * accepted, per client source and together; `auth.revalidate_*` for keys it accepted, per key
+   * and endpoint, the `subject`, and together).
    */
-  readonly verifyTurn?: () => Promise<number | undefined>;
+  readonly verifyTurn?: (line: VerifyLine, source: string, subject: string) => Promise<number | undefined>;
 }
 
 /**
@@ -103,6 +106,9 @@ interface Fetched extends UpstreamAnswer {
   readonly refusedPayer?: string;
 }
 
+/** Pass-through auth: how a key goes on when no verifier can vouch for it. */
+const REFUSED: Gate = { kind: 'refused' };
+
 /**
  * The caching policy, read-through: memory, then Redis, then stale-while-revalidate, then one
  * coalesced upstream fetch per key (per instance, and across instances through shared flights),
@@ -130,9 +136,9 @@ export class ReadThrough {
   }
 
   /** A fresh entry of this instance's memory, answered synchronously: no await on the hottest path. */
-  hit(path: string, client: Client): Served | undefined {
-    if (!this.#trusted(client)) return undefined;
-    const found = this.#deps.cache.local(path);
+  hit(request: EndpointRequest, client: Client): Served | undefined {
+    if (!this.#admits(request, client)) return undefined;
+    const found = this.#deps.cache.local(request.path);
     return found?.fresh === true ? this.#hit(found.entry, 'memory') : undefined;
   }
 
@@ -141,18 +147,18 @@ export class ReadThrough {
    * `trace`: the request's span; a flight's spans hang under its leader's.
    */
   async fetch(request: EndpointRequest, client: Client, trace?: TraceSpan): Promise<Served> {
+    const pass = passThrough(client);
+    if (pass !== undefined && !this.#admits(request, pass)) return this.#unverified(request, pass, trace);
     const { cache } = this.#deps;
-    const { config } = this.#deps.live.current;
-    const verified = this.#trusted(client);
-    const local = verified ? cache.local(request.path) : undefined;
+    const local = cache.local(request.path);
     if (local?.fresh === true) return this.#hit(local.entry, 'memory');
-    const permanent = verified ? this.#backoff.waiting(request.path)?.answer : undefined;
+    const permanent = this.#backoff.waiting(request.path)?.answer;
     if (permanent !== undefined) return this.#remembered(permanent);
     let stale = local?.entry;
-    const remote = verified ? await this.#remote(request.path, trace) : undefined;
+    const remote = await this.#remote(request.path, trace);
     // Memory is read again after the await: a refresh may have landed while Redis answered, and
     // a client served the newer answer must never see the older one after it (issue 50).
-    const landed = verified ? cache.local(request.path) : undefined;
+    const landed = cache.local(request.path);
     const newest = landed !== undefined && (remote === undefined || landed.entry.storedAt > remote.entry.storedAt) ? landed : remote;
     if (newest?.fresh === true) return this.#hit(newest.entry, newest === remote ? 'redis' : 'memory');
     if (newest !== undefined && (stale === undefined || newest.entry.storedAt > stale.storedAt)) stale = newest.entry;
@@ -161,8 +167,14 @@ export class ReadThrough {
     const { flight, fetched } = await this.#join(request, client, trace);
     // A key whose refreshes failed lately: this miss's answer ends or extends its backoff.
     if (flight.leader && this.#backoff.tracks(request.path)) this.#learn(request.path, fetched);
+    return this.#forwarded(request, fetched, flight.leader);
+  }
+
+  /** What a request that took part in an upstream exchange is answered: `leader`, its own exchange. */
+  #forwarded(request: EndpointRequest, fetched: Fetched, leader: boolean): Served {
+    const { config } = this.#deps.live.current;
     const viaRedis = fetched.viaRedis === true;
-    const outcome = flight.leader && !viaRedis ? 'miss' : 'coalesced';
+    const outcome = leader && !viaRedis ? 'miss' : 'coalesced';
     // Another instance's entry, read from Redis: cached as much as a hit on it, so it is reused
     // for what is left of its TTL, with its true Age (issue 50: every such follower got max-age=0).
     const shared = viaRedis && fetched.entry !== undefined ? this.#hit(fetched.entry, 'redis') : undefined;
@@ -176,8 +188,38 @@ export class ReadThrough {
       maxAgeSeconds: fetched.stored ? config.cache.ttl_seconds[request.endpoint] : (shared?.maxAgeSeconds ?? 0),
       ...(fetched.retryAfterSeconds === undefined ? {} : { retryAfterSeconds: fetched.retryAfterSeconds }),
       ...(fetched.upstream === undefined ? {} : { upstream: fetched.upstream }),
-      ...(flight.leader ? { upstreamMs: fetched.upstreamMs, upstreamCall: fetched.called === true, ...(fetched.batch === undefined ? {} : { batch: fetched.batch }) } : {}),
+      ...(leader ? { upstreamMs: fetched.upstreamMs, upstreamCall: fetched.called === true, ...(fetched.batch === undefined ? {} : { batch: fetched.batch }) } : {}),
     };
+  }
+
+  /**
+   * Pass-through auth, a key the provider has not accepted on this endpoint lately: nothing of
+   * the cache is served to it until it is. An answer perch makes itself (an id the provider
+   * cannot have) comes first and takes no turn; then the key's verifying call under way, if any,
+   * decides (upstream-verifier.ts); else this request is the key's verifying call, on the turn of
+   * its line, never another instance's result read from Redis. Without a turn it is 429, and no
+   * call is made.
+   */
+  async #unverified(request: EndpointRequest, client: PassThroughClient, trace: TraceSpan | undefined): Promise<Served> {
+    const { upstreams, verifier } = this.#deps.live.current;
+    const known = upstreams.known(request);
+    if (known !== undefined) return this.#forwarded(request, { ...answerFor(request.endpoint, known, this.#deps.clock.now(), true), stored: false }, true);
+    // No verifier: a reload to mode `keys` since the key was read, and no provider's word on it.
+    const gate = verifier === undefined ? REFUSED : await verifier.gate(client, request.endpoint);
+    if (gate.kind === 'admitted') return this.fetch(request, client, trace);
+    if (gate.kind === 'refused') return this.#forwarded(request, { ...errorAnswer('E401'), stored: false }, true);
+    if (gate.kind === 'failed') return this.#forwarded(request, { ...gate.answer, stored: false }, false);
+    let fetched: Fetched | undefined;
+    try {
+      const wait = await this.#deps.verifyTurn?.(gate.line, client.source, `${client.id}:${request.endpoint}`);
+      if (wait !== undefined) fetched = { ...errorAnswer('E429'), retryAfterSeconds: wait, stored: false };
+      else fetched = (gate.line === 'unknown' ? await this.#userContext(request, client, trace) : undefined) ?? (await this.#fetchUpstream(request, this.#payerOf(client), trace, client, undefined, true));
+      return this.#forwarded(request, fetched, true);
+    } finally {
+      // A failure of the provider, or a wait, answers the key's other requests too; an answer
+      // about this request (a rejected cursor) is this request's alone.
+      gate.done(fetched !== undefined && fetched.status >= 429 ? fetched : undefined);
+    }
   }
 
   /**
@@ -194,7 +236,7 @@ export class ReadThrough {
     const shared = pass === undefined ? request.path : `${pass.digest}\n${request.path}`;
     for (let round = 0; ; round++) {
       const key = round < 2 ? shared : `${payer.id}\n${shared}`;
-      const flight = this.#flights.run(key, () => this.#fetchFor(request, pass, payer, trace));
+      const flight = this.#flights.run(key, () => this.#fetchAndStore(request, pass, payer, trace));
       const fetched = await flight.promise;
       if (flight.leader || fetched.refusedPayer === undefined || fetched.refusedPayer === payer.id) return { flight, fetched };
     }
@@ -263,18 +305,29 @@ export class ReadThrough {
   }
 
   /**
-   * Pass-through auth: the call of a key the provider has not accepted lately is its own
-   * verifying call (upstream-verifier.ts), never another instance's result read from Redis, and
-   * waits for a turn that every such key shares: without one it is 429, and no call is made.
+   * A key the provider accepted nowhere lately is first asked who it speaks for, where the
+   * provider can tell (X): a user-context token sees protected accounts, whose answers must never
+   * reach another key through the cache, so such a key is refused (401) as a made-up one is, on
+   * the same turn. Undefined: the key speaks for an app (X's 403 unsupported-authentication; a
+   * 404 from a provider without the path), and its verifying call goes on. Any other answer
+   * answers the request: a failure of the provider, a wait, a 400 from a front that refuses the key.
    */
-  async #fetchFor(request: EndpointRequest, client: PassThroughClient | undefined, payer: Payer, trace: TraceSpan | undefined): Promise<Fetched> {
-    if (client === undefined || this.#trusted(client)) return this.#fetchAndStore(request, client, payer, trace);
-    const verifying = this.#deps.live.current.verifier?.verifying(client, async (): Promise<Fetched> => {
-      const wait = await this.#deps.verifyTurn?.();
-      if (wait !== undefined) return { ...errorAnswer('E429'), retryAfterSeconds: wait, stored: false };
-      return this.#fetchUpstream(request, payer, trace, client);
-    });
-    return (await verifying) ?? { ...errorAnswer('E401'), stored: false };
+  async #userContext(request: EndpointRequest, client: PassThroughClient, trace: TraceSpan | undefined): Promise<Fetched | undefined> {
+    const { upstreams, verifier } = this.#deps.live.current;
+    if (!upstreams.tellsUserContext(request.endpoint)) return undefined;
+    const asked = { id: client.id, key: client.key, verifying: true, whoAmI: true };
+    const { result, upstream, ms, called } = await upstreams.fetch(request, asked, this.#payerOf(client), trace);
+    const told = verifier?.judgeWhoAmI(client, result);
+    if (told !== undefined) await told;
+    const via = { stored: false, upstream, upstreamMs: ms, called };
+    if (result.kind === 'ok') {
+      this.#deps.logger.info({ key_id: client.id, upstream }, 'pass-through: a user-context token refused (it could read protected accounts into the shared cache)');
+      return { ...errorAnswer('E401'), ...via };
+    }
+    if (result.kind === 'failed' && result.failure === 'unauthorized') return { ...errorAnswer('E401'), ...via };
+    if (result.kind === 'not_found' || (result.kind === 'failed' && result.failure === 'forbidden')) return undefined;
+    // The request's cursor is not what a 400 here refused.
+    return { ...(result.kind === 'bad_request' ? errorAnswer('E502') : answerFor(request.endpoint, result, this.#deps.clock.now(), true)), ...via };
   }
 
   /**
@@ -299,18 +352,27 @@ export class ReadThrough {
     }
   }
 
-  async #fetchUpstream(request: EndpointRequest, payer: Payer, trace: TraceSpan | undefined, client?: PassThroughClient, previous?: CacheEntry): Promise<Fetched> {
+  /**
+   * `verifying`: pass-through auth, the call verifies `client`'s key (upstream-verifier.ts); what
+   * the provider answers it about the key is no sign of the provider's health (verdict.ts).
+   */
+  async #fetchUpstream(request: EndpointRequest, payer: Payer, trace: TraceSpan | undefined, client?: PassThroughClient, previous?: CacheEntry, verifying = false): Promise<Fetched> {
     const { cache, clock, logger } = this.#deps;
     const { config, upstreams, verifier } = this.#deps.live.current;
     const ttl = config.cache.ttl_seconds;
     // Before the fetch: a purge observed while it runs must keep its response out of the cache.
     const stamp = cache.generations.stamp(request.path);
-    const { result, upstream, ms, called, payerRefused } = await upstreams.fetch(request, client && { id: client.id, key: client.key }, payer, trace);
+    const clientKey = client && { id: client.id, key: client.key, ...(verifying ? { verifying } : {}) };
+    const { result, upstream, ms, called, payerRefused } = await upstreams.fetch(request, clientKey, payer, trace);
     const via = { upstream, upstreamMs: ms, called, ...(result.batched === undefined ? {} : { batch: result.batched.size }) };
-    if (client !== undefined) verifier?.judge(client, result);
-    // The pool logs a rejected credential and a stop once; every request they turn away need not be.
+    // A rejection reaches the fleet before its 401 reaches the client (upstream-verifier.ts).
+    const told = client === undefined ? undefined : verifier?.judge(client, request.endpoint, result);
+    if (told !== undefined) await told;
+    // The pool logs a rejected credential and a stop once; every request they turn away need not
+    // be. A made-up key's odd answer (any 4xx) is the key's, and a flood of them must not flood the log.
     if (result.kind === 'failed' && result.failure !== 'unauthorized') {
-      logger.warn({ upstream, route: request.endpoint, failure: result.failure, reason: result.reason }, 'upstream failed');
+      const level = verifying && verdictOf(result, 'breaker', true) === 'neutral' ? 'debug' : 'warn';
+      logger[level]({ upstream, route: request.endpoint, failure: result.failure, reason: result.reason }, 'upstream failed');
     } else if (result.kind === 'timeout') {
       logger.warn({ upstream, route: request.endpoint, reason: result.reason }, 'upstream timed out');
     }
@@ -375,9 +437,26 @@ export class ReadThrough {
     return plan?.provider_calls === undefined ? payer : { ...payer, budget: plan.provider_calls };
   }
 
-  /** Pass-through auth: the cache answers only keys the provider accepted lately (upstream-verifier.ts). */
-  #trusted(client: Client): boolean {
+  /**
+   * Pass-through auth: the cache answers a key on an endpoint only while the provider's acceptance
+   * of it there holds (upstream-verifier.ts). An acceptance gone stale still does, while one
+   * revalidation of the key runs behind the answer, on the accepted keys' turn; not behind an
+   * answer perch makes itself (an id the provider cannot have), which would ask the provider
+   * nothing and renew nothing.
+   */
+  #admits(request: EndpointRequest, client: Client): boolean {
     const pass = passThrough(client);
-    return pass === undefined || this.#deps.live.current.verifier?.accepted(pass) === true;
+    if (pass === undefined) return true;
+    const { verifier, upstreams } = this.#deps.live.current;
+    if (verifier === undefined) return false;
+    const standing = verifier.standing(pass, request.endpoint);
+    if (standing === 'stale' && upstreams.known(request) === undefined) {
+      const revalidation = verifier.revalidate(pass, request.endpoint, async () => {
+        if ((await this.#deps.verifyTurn?.('known', pass.source, `${pass.id}:${request.endpoint}`)) !== undefined) return;
+        await this.#fetchUpstream(request, this.#payerOf(pass), undefined, pass, undefined, true);
+      });
+      revalidation.catch((error: unknown) => this.#deps.logger.error({ err: error, route: request.endpoint }, 'pass-through revalidation failed'));
+    }
+    return standing === 'accepted' || standing === 'stale';
   }
 }

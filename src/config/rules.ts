@@ -9,7 +9,17 @@ import { childPath, field, indexPath, isMapping, type Problems } from './schema-
 import type { AdminConfig, AuthConfig, Config, UpstreamConfig } from './types.js';
 
 /** Keys of `auth` that only mode `upstream` reads. */
-const UPSTREAM_ONLY = ['default_plan', 'verify_ttl_seconds', 'reject_ttl_seconds', 'remembered_keys', 'verify_rate_per_second', 'verify_burst'] as const;
+const UPSTREAM_ONLY = [
+  'default_plan',
+  'verify_ttl_seconds',
+  'reject_ttl_seconds',
+  'remembered_keys',
+  'verify_rate_per_second',
+  'verify_burst',
+  'verify_source_share',
+  'revalidate_rate_per_second',
+  'revalidate_burst',
+] as const;
 
 /** Paths perch answers itself besides metrics: metrics must not shadow one. */
 const RESERVED_PATHS = Object.keys(OPERATIONAL_PATHS);
@@ -84,7 +94,28 @@ function resolveAuth(problems: Problems, auth: FileConfig['auth'], raw: unknown,
   else if (plans !== undefined && !Object.hasOwn(plans, auth.default_plan)) {
     problems.add('auth.default_plan', `names no entry of rate_limits (${JSON.stringify(auth.default_plan)})`);
   }
+  checkVerificationWaits(problems, auth);
   return { ...settings, keys: [] };
+}
+
+/** The largest integer a Structured Field carries (RFC 8941: 15 digits), and so `Retry-After`. */
+const MAX_WAIT_SECONDS = 999_999_999_999_999;
+
+/**
+ * A verification 429 asks the client to wait one token of the bucket that refused it, `1 / rate`
+ * seconds: of one source's unknown keys (`verify_source_share` of `verify_rate_per_second`), or of
+ * the accepted keys (`revalidate_rate_per_second`). Each must be an integer a client can parse:
+ * `verify_source_share: 5e-324` answered `Retry-After: Infinity`.
+ */
+function checkVerificationWaits(problems: Problems, auth: FileConfig['auth']): void {
+  const within = (rate: number) => Math.ceil(1 / rate) <= MAX_WAIT_SECONDS;
+  // A rate too low on its own is the rate's problem, not the share's.
+  if (within(auth.verify_rate_per_second) && !within(auth.verify_source_share * auth.verify_rate_per_second)) {
+    problems.add('auth.verify_source_share', `must be at least 1 / (${MAX_WAIT_SECONDS} * verify_rate_per_second) (one source's keys wait at most ${MAX_WAIT_SECONDS} seconds for a turn, the largest integer Retry-After carries)`);
+  }
+  if (!within(auth.revalidate_rate_per_second)) {
+    problems.add('auth.revalidate_rate_per_second', `must be at least 1 / ${MAX_WAIT_SECONDS} (an accepted key waits at most ${MAX_WAIT_SECONDS} seconds for a turn, the largest integer Retry-After carries)`);
+  }
 }
 
 function resolveAdmin(problems: Problems, admin: NonNullable<FileConfig['admin']>, secrets: SecretsSeen): AdminConfig {

@@ -111,6 +111,28 @@ const auth = obj(
       default: 20,
       doc: 'mode `upstream`: verifying calls allowed at once on top of `verify_rate_per_second` (1-1000000)',
     }),
+    verify_source_share: num({
+      min: 0,
+      max: 1,
+      aboveMin: true,
+      default: 0.25,
+      expected: 'a number above 0 and at most 1',
+      doc: 'mode `upstream`: the share of `verify_rate_per_second` and `verify_burst` (at least one call) that the unknown keys of one client address (of one IPv6 /64) may take; 1 bounds no source apart, as behind a proxy that perch sees as one address (above 0, at most 1, and at least `1 / (999999999999999 * verify_rate_per_second)`, so that `Retry-After` stays an integer of 15 digits)',
+    }),
+    revalidate_rate_per_second: num({
+      min: 0,
+      max: Number.MAX_VALUE,
+      aboveMin: true,
+      default: 10,
+      expected: 'a positive number',
+      doc: 'mode `upstream`: provider calls per second, fleet-wide, that may verify keys the provider accepted lately (a stale acceptance renewed, another endpoint checked), apart from the unknown keys\' budget; one key takes at most one per endpoint each tenth of `verify_ttl_seconds` (positive number, at least `1 / 999999999999999`)',
+    }),
+    revalidate_burst: int({
+      min: 1,
+      max: 1_000_000,
+      default: 100,
+      doc: 'mode `upstream`: such calls allowed at once on top of `revalidate_rate_per_second` (1-1000000)',
+    }),
   },
   { doc: 'who may call the API', required: true, missing: 'is required (auth.keys lists the client keys)' },
 );

@@ -11,10 +11,22 @@ import { RedisLimiter } from './redis-limiter.js';
 import { compilePlan, type BucketLimiter, type Plan, type Verdict } from './token-bucket.js';
 
 /**
- * The bucket every pass-through key the provider has not accepted yet shares. No key's id can be
- * it: configured ids have no colon, and a forwarded key's id is `client:` and hex digits.
+ * The buckets of pass-through verification: every key the provider has not accepted yet shares
+ * the first, and those of one client source each share one more (`perch:unverified:<source>`);
+ * keys it accepted share the last, and each key has one more per endpoint
+ * (`perch:accepted:<key id>:<endpoint>`). No key's id can be one: configured ids have no colon,
+ * and a forwarded key's id is `client:` and hex digits.
  */
 const UNVERIFIED_ID = 'perch:unverified';
+const ACCEPTED_ID = 'perch:accepted';
+
+/** The verification buckets' plans of one `auth` section. */
+interface VerificationPlans {
+  readonly all: Plan;
+  readonly perSource: Plan;
+  readonly accepted: Plan;
+  readonly perKey: Plan;
+}
 
 /**
  * The per-key token buckets of one perch instance. Buckets live in memory when no Redis is
@@ -26,8 +38,8 @@ export class RateLimits {
    * compiled on first use, and each plan is compiled once, not per request.
    */
   readonly #plans = new WeakMap<RateLimitPlan, Plan>();
-  /** The verification bucket's plan, per (frozen) `auth` section. */
-  readonly #verification = new WeakMap<AuthConfig, Plan>();
+  /** The verification buckets' plans, per (frozen) `auth` section. */
+  readonly #verification = new WeakMap<AuthConfig, VerificationPlans>();
   readonly #limiter: BucketLimiter;
   readonly #shared: InsuredLimiter | undefined;
   /** `server.*` takes a restart, so the dialects of the first config hold for every plan. */
@@ -80,18 +92,48 @@ export class RateLimits {
   }
 
   /**
-   * Takes a token for one verifying call of pass-through auth: every key the provider has not
-   * accepted yet shares one bucket (`auth.verify_rate_per_second`, `auth.verify_burst`), in Redis
-   * across the fleet like any key's, so a flood of made-up keys costs the provider a fixed rate of
-   * calls whatever the number of keys.
+   * Takes a turn for one verifying call of pass-through auth, in Redis across the fleet like any
+   * key's bucket: undefined when the call may go, else the seconds until one may. Keys the
+   * provider has not accepted (`unknown`) share `auth.verify_rate_per_second` and `verify_burst`,
+   * so a flood of made-up keys costs the provider a fixed rate of calls whatever the number of
+   * keys, and those of one client source take at most `verify_source_share` of it, so one source
+   * cannot take every turn from the new keys of others. Keys it accepted (`known`: a stale
+   * acceptance renewed, another endpoint checked) draw on a budget of their own
+   * (`revalidate_rate_per_second`, `revalidate_burst`), which no made-up key can touch, and one
+   * such key takes at most one of its turns per endpoint (`subject`: the key's id and the
+   * endpoint) each tenth of `verify_ttl_seconds`: a call that renews nothing (the provider down,
+   * or stopping the key) cannot let one accepted key take the turns of all the others.
    */
-  takeVerification(config: Config): Verdict | Promise<Verdict> {
-    const { auth } = config;
-    let plan = this.#verification.get(auth);
-    if (plan === undefined) {
-      plan = compilePlan('verify', { capacity: auth.verify_burst, refill_per_second: auth.verify_rate_per_second, cost_of_hit: 1, provider_weight: 1 }, this.#headers);
-      this.#verification.set(auth, plan);
+  async verificationTurn(config: Config, line: 'known' | 'unknown', source: string, subject: string): Promise<number | undefined> {
+    const plans = this.#verificationPlans(config.auth);
+    if (line === 'known') {
+      const own = waitOf(await this.#limiter.take(`${ACCEPTED_ID}:${subject}`, plans.perKey, 1), plans.perKey);
+      if (own !== undefined) return own;
+      return waitOf(await this.#limiter.take(ACCEPTED_ID, plans.accepted, 1), plans.accepted);
     }
-    return this.#limiter.take(UNVERIFIED_ID, plan, 1);
+    const own = waitOf(await this.#limiter.take(`${UNVERIFIED_ID}:${source}`, plans.perSource, 1), plans.perSource);
+    if (own !== undefined) return own;
+    return waitOf(await this.#limiter.take(UNVERIFIED_ID, plans.all, 1), plans.all);
   }
+
+  #verificationPlans(auth: AuthConfig): VerificationPlans {
+    let plans = this.#verification.get(auth);
+    if (plans === undefined) {
+      const plan = (name: string, capacity: number, refill: number) => compilePlan(name, { capacity, refill_per_second: refill, cost_of_hit: 1, provider_weight: 1 }, this.#headers);
+      const share = auth.verify_source_share;
+      plans = {
+        all: plan('verify', auth.verify_burst, auth.verify_rate_per_second),
+        perSource: plan('verify-source', Math.max(1, Math.ceil(share * auth.verify_burst)), share * auth.verify_rate_per_second),
+        accepted: plan('revalidate', auth.revalidate_burst, auth.revalidate_rate_per_second),
+        perKey: plan('revalidate-key', 1, 10 / auth.verify_ttl_seconds),
+      };
+      this.#verification.set(auth, plans);
+    }
+    return plans;
+  }
+}
+
+/** Undefined when the bucket gave its token, else whole seconds until it has one again (at least 1). */
+function waitOf(verdict: Verdict, plan: Plan): number | undefined {
+  return verdict.allowed ? undefined : Math.max(1, Math.ceil((1 - verdict.tokens) / plan.refillPerSecond));
 }

@@ -72,10 +72,10 @@ export function createBreaker(options: BreakerOptions): Breaker {
     become('open', fields);
   }
 
-  function observe(result: UpstreamResult, started: number, probe: boolean): void {
+  function observe(result: UpstreamResult, started: number, probe: boolean, verifying: boolean): void {
     if (probe) probing = false;
     if (started !== generation) return;
-    const verdict = verdictOf(result, 'breaker');
+    const verdict = verdictOf(result, 'breaker', verifying);
     if (verdict === 'neutral') return;
     if (probe) {
       if (verdict === 'success') {
@@ -119,7 +119,7 @@ export function createBreaker(options: BreakerOptions): Breaker {
     const started = generation;
     // A probe is the breaker's own question to the provider: the throttle below lets it through.
     const result = await next(probe ? { ...attempt, probe: true } : attempt);
-    observe(result, started, probe);
+    observe(result, started, probe, attempt.clientKey?.verifying === true);
     return result;
   };
 

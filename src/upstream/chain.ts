@@ -17,7 +17,7 @@ import { answerKnown } from './known-answer.js';
 import { createRetry } from './retry.js';
 import { createThrottle } from './throttle.js';
 import { traceAttempts } from './trace-attempt.js';
-import { compose, type Call, type Layer } from './upstream.js';
+import { compose, type Call, type Layer, type Provider } from './upstream.js';
 import { createV1Upstream } from './v1-upstream.js';
 import { createXV2Upstream } from './x-v2-upstream.js';
 
@@ -35,6 +35,10 @@ export interface UpstreamStatus {
 /** One configured upstream: its layers composed, how it stands, and how to release it. */
 export interface BuiltUpstream {
   readonly call: Call;
+  /** The answer perch makes itself to a request this provider cannot match (known-answer.ts); absent: it has none. */
+  readonly known?: Provider['known'];
+  /** See `Provider.tellsUserContext`. */
+  readonly tellsUserContext?: boolean;
   status(): UpstreamStatus;
   close(): Promise<void>;
 }
@@ -149,5 +153,11 @@ export function buildUpstream(name: string, config: UpstreamConfig, options: Cha
     return { state: 'ok', breaker: breakerState, throttle: shed, credentials };
   }
 
-  return { call, status, close: provider.close };
+  return {
+    call,
+    status,
+    close: provider.close,
+    ...(provider.known === undefined ? {} : { known: provider.known }),
+    ...(provider.tellsUserContext === true ? { tellsUserContext: true } : {}),
+  };
 }

@@ -39,6 +39,11 @@ export interface Dialect {
   readonly rejectsCredential: readonly number[];
   /** Statuses that refuse one endpoint to a credential that serves the others. */
   readonly forbidsEndpoint?: readonly number[];
+  /**
+   * The path that answers a credential speaking for a user, and no other: a call with
+   * `clientKey.whoAmI` goes there, and its 2xx is `ok` without a body. Absent: the provider cannot tell.
+   */
+  readonly whoAmI?: string;
   /** A 2xx body that parsed as JSON, to a result; `raw` is the exact bytes received. */
   success(request: EndpointRequest, parsed: unknown, raw: Buffer, status: number): UpstreamResult;
   /** Batch lookups (batch.ts): one call for several requests of one endpoint. Absent: the dialect has none. */
@@ -80,12 +85,16 @@ export function createHttpProvider(name: string, config: V1UpstreamConfig | XV2U
     // A credential not configured is a client's own key (pass-through): its headers only.
     const own = credential === undefined ? base : (headersFor.get(credential.id) ?? { ...base, ...credential.headers });
     const headers = attempt.traceHeaders === undefined ? own : { ...own, ...attempt.traceHeaders };
+    const whoAmI = attempt.clientKey?.whoAmI === true ? dialect.whoAmI : undefined;
     try {
-      const path = batch === undefined ? dialect.path(request) : dialect.batch!.path(batch.requests);
+      const path = whoAmI ?? (batch === undefined ? dialect.path(request) : dialect.batch!.path(batch.requests));
       const response = await dispatcher.request({ origin, path, method: 'GET', headers, signal: abort.signal });
       const now = options.clock.now();
       const limit = providerLimit(response.headers, now);
-      const result = await classify(request, response, config, dialect, now, batch);
+      // Who the key speaks for is all a whoAmI call asks: its body (the user's own) is never read.
+      const spoke = whoAmI !== undefined && response.statusCode >= 200 && response.statusCode < 300;
+      if (spoke) await response.body.dump();
+      const result: UpstreamResult = spoke ? { kind: 'ok', body: Buffer.alloc(0) } : await classify(request, response, config, dialect, now, batch);
       return limit === undefined ? result : { ...result, limit };
     } catch (error) {
       if (abort.signal.aborted) {
@@ -98,7 +107,13 @@ export function createHttpProvider(name: string, config: V1UpstreamConfig | XV2U
     }
   }
 
-  return { name, call, close: () => dispatcher.close(), ...(dialect.known === undefined ? {} : { known: (request: EndpointRequest) => dialect.known!(request) }) };
+  return {
+    name,
+    call,
+    close: () => dispatcher.close(),
+    ...(dialect.known === undefined ? {} : { known: (request: EndpointRequest) => dialect.known!(request) }),
+    ...(dialect.whoAmI === undefined ? {} : { tellsUserContext: true }),
+  };
 }
 
 async function classify(

@@ -142,7 +142,7 @@ export function createThrottle(options: ThrottleOptions): Throttle {
       }
     }
     const result = await next(attempt);
-    const verdict = verdictOf(result, 'throttle');
+    const verdict = verdictOf(result, 'throttle', attempt.clientKey?.verifying === true);
     if (verdict !== 'neutral') count(clock.now(), verdict === 'success');
     return result;
   };

@@ -73,7 +73,8 @@ export class UpstreamSet {
   }
 
   /**
-   * `clientKey`: pass-through auth, the client's own key as the credential of every call.
+   * `clientKey`: pass-through auth, the client's own key as the credential of every call; with
+   * `whoAmI` only the route's first upstream is asked (`tellsUserContext`).
    * `payer`: the client key whose miss this is, for a fair share of the call cap.
    * `trace`: the request's span, the parent of the spans the layers make.
    */
@@ -81,7 +82,7 @@ export class UpstreamSet {
     this.#inFlight++;
     const deadline = performance.now() + this.#deadlineMs;
     try {
-      const route = this.#routes[request.endpoint];
+      const route = clientKey?.whoAmI === true ? this.#routes[request.endpoint].slice(0, 1) : this.#routes[request.endpoint];
       let decided: RoutedResult | undefined;
       let called = false;
       let payerRefused = false;
@@ -130,6 +131,20 @@ export class UpstreamSet {
     // by the layer that decided it: per request it is debug, like the metric's detail.
     const level = result.kind === 'refused' ? 'debug' : 'warn';
     this.#logger[level]({ upstream: name, route: endpoint, reason, next }, 'upstream failover');
+  }
+
+  /**
+   * The answer perch makes itself to a request the first upstream of its route cannot match (an
+   * id X cannot have): what a call would have got, as the walk ends on it (known-answer.ts).
+   * Undefined: the request is the provider's to answer.
+   */
+  known(request: EndpointRequest): UpstreamResult | undefined {
+    return this.#upstreams.get(this.#routes[request.endpoint][0]!)!.known?.(request);
+  }
+
+  /** Whether the first upstream of the endpoint's route tells a user's key from an app's (`Provider.tellsUserContext`). */
+  tellsUserContext(endpoint: EndpointName): boolean {
+    return this.#upstreams.get(this.#routes[endpoint][0]!)!.tellsUserContext === true;
   }
 
   /** Per upstream, whether it can be called now and why not, for `/readyz` and `/status`. */

@@ -149,9 +149,12 @@ export interface Attempt {
   readonly minCallMs?: number;
   /**
    * Pass-through auth: the client's own key, sent in place of a configured credential, and the
-   * id that names it in logs and provider stops.
+   * id that names it in logs and provider stops. `verifying`: the provider has not accepted the
+   * key on this endpoint lately, so its answer is about the key before it is about the provider.
+   * `whoAmI`: instead of `request`, the call asks the provider who the key speaks for
+   * (`Provider.tellsUserContext`): `ok`, without a body, says it speaks for a user.
    */
-  readonly clientKey?: { readonly id: string; readonly key: string };
+  readonly clientKey?: { readonly id: string; readonly key: string; readonly verifying?: boolean; readonly whoAmI?: boolean };
   /**
    * Chosen by the guard, or set from `clientKey` before any layer runs; the provider call sends
    * its headers.
@@ -251,6 +254,11 @@ export interface Provider {
    * `unasked`); undefined: the request goes down the layers. See known-answer.ts.
    */
   readonly known?: (request: EndpointRequest) => UpstreamResult | undefined;
+  /**
+   * Whether a call with `clientKey.whoAmI` tells a key that speaks for a user from one that speaks
+   * for an app (X: `GET /2/users/me` answers user-context tokens only, app-only ones 403).
+   */
+  readonly tellsUserContext?: boolean;
   /** Releases connections; pending calls settle. */
   close(): Promise<void>;
 }

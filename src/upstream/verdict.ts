@@ -16,8 +16,14 @@ export type Judge = 'breaker' | 'throttle';
  * or more items of its split was answered. It may be X refusing every call (a field it dropped), which the single
  * lookups' 400s would show the breaker as failures: the breaker counts it as one. The throttle
  * counts it neither way, or the split's own calls, which find the items at fault, would be shed.
+ *
+ * `verifying`: the call verifies a client's key (pass-through auth), a key anyone can make up,
+ * whatever its length or bytes. Only the provider's own faults count then (a 5xx, a reset, a
+ * timeout): any other answer (a 400 from a front that refuses a 9 KB header, a 401, an odd body)
+ * is about the key, or made-up keys could open the breaker and shed calls for every client.
  */
-export function verdictOf(result: UpstreamResult, judge: Judge): Verdict {
+export function verdictOf(result: UpstreamResult, judge: Judge, verifying = false): Verdict {
+  if (verifying && result.kind === 'failed') return result.failure === 'status_5xx' || result.failure === 'connection' ? 'failure' : 'neutral';
   switch (result.kind) {
     case 'ok':
     case 'not_found':

@@ -58,6 +58,8 @@ const X_V2_DIALECT: Dialect = {
   // on some plans) answers 403 while every other endpoint still serves that same token.
   rejectsCredential: [401],
   forbidsEndpoint: [403],
+  // User context only: an app-only bearer token gets 403 unsupported-authentication.
+  whoAmI: '/2/users/me',
   success(request, parsed, _raw, status) {
     let outcome: Outcome;
     try {
