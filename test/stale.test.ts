@@ -33,6 +33,14 @@ test('past its TTL an entry is served stale at once while one refresh runs; then
   assert.deepEqual(outcomes, ['miss', 'stale', 'hit']);
 });
 
+test('an entry asked for in the very millisecond its TTL ends is stale with ttl=-1, never ttl=0', async (t) => {
+  const { clock, perch } = await setup(t);
+  await perch.request('/v1/users/1');
+  clock.advance(300_000);
+  const stale = await perch.request('/v1/users/1');
+  assert.equal(stale.headers.get('cache-status'), 'perch; fwd=stale; ttl=-1');
+});
+
 test('concurrent requests for a stale entry share one refresh', async (t) => {
   let release!: () => void;
   const gate = new Promise<void>((resolve) => (release = resolve));

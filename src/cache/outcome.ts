@@ -26,9 +26,13 @@ export function hitCacheStatus(entry: CacheEntry, now: number, tier: 'memory' | 
   return tier === 'redis' ? `${value}; detail=redis` : value;
 }
 
-/** `Cache-Status` for a stale entry served while it is refreshed: `ttl` is negative, how long ago it expired. */
+/**
+ * `Cache-Status` for a stale entry served while it is refreshed: `ttl` is negative, how long ago it
+ * expired. An entry is stale from the millisecond its TTL ends, when whole seconds left still say 0,
+ * so a stale answer says at least -1: RFC 9211 reads a ttl of 0 as not yet stale.
+ */
 export function staleCacheStatus(entry: CacheEntry, now: number): string {
-  return `perch; fwd=stale; ttl=${remainingTtlSeconds(entry, now)}`;
+  return `perch; fwd=stale; ttl=${Math.min(-1, remainingTtlSeconds(entry, now))}`;
 }
 
 /**
