@@ -110,12 +110,12 @@ export class PublicRoutes {
   }
 
   /**
-   * Ready unless this instance itself cannot serve: every upstream has lost every credential
-   * (401/403, which only the operator can fix), or a registered hard check fails. What the
-   * provider says (cool-downs, usage caps, an open breaker) and soft dependencies like the Redis
-   * tier are shared by every instance of a fleet: failing readiness for them would pull every
-   * instance out of the load balancer at once, cache hits included, so they show in `checks`
-   * (status `degraded`) and in metrics instead.
+   * Ready unless this instance itself cannot serve: a registered hard check fails (a draining
+   * instance has closed its listener, so a probe meets a refused connection instead). Everything
+   * the provider says (credentials rejected, cool-downs, usage caps, an open breaker) and soft
+   * dependencies like the Redis tier are shared by every instance of a fleet: failing readiness
+   * for them would pull every instance out of the load balancer at once, cache hits included, so
+   * they show in `checks` (status `degraded`, with the reason) and in metrics instead.
    */
   async #ready(head: boolean, res: ServerResponse): Promise<void> {
     const { runtime } = this.#options;
