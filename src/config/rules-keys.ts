@@ -1,47 +1,86 @@
 import { createHash } from 'node:crypto';
+import type { KeySecretConfig } from './types.js';
 import { NAME_PATTERN, childPath, indexPath, type Problems } from './schema-helpers.js';
 import { isBroken } from './walk.js';
 
 /** Which list's path holds each secret seen so far: one secret must not open two doors. */
 export type SecretsSeen = Map<string, string>;
 
-/** A key entry as the definition leaves it: `key` or `sha256`, both optional there. */
-export interface KeyEntry {
-  readonly id: string;
+/** One secret as the definition leaves it: `key` or `sha256`, both optional there. */
+interface SecretEntry {
   readonly key?: string;
   readonly sha256?: string;
 }
 
+/** A key entry as the definition leaves it: one secret inline, or a list of them. */
+export interface KeyEntry extends SecretEntry {
+  readonly id: string;
+  readonly secrets?: readonly (SecretEntry & { readonly not_after?: string })[];
+}
+
+/** RFC 3339 with its offset: a time without one would be read in the host's zone. */
+const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
+
 /**
- * `auth.keys` and `admin.keys`: ids unique and well formed, exactly one of `key` and `sha256`,
- * no secret in two entries. A literal `key` becomes its SHA-256, so the secret does not stay in
- * memory past start-up; messages name paths only, never a secret.
+ * `auth.keys` and `admin.keys`: ids unique and well formed, exactly one of `key`, `sha256` and
+ * `secrets`, exactly one of `key` and `sha256` in each secret, no secret in two places. A literal
+ * `key` becomes its SHA-256, so the secret does not stay in memory past start-up; messages name
+ * paths only, never a secret.
  */
-export function resolveKeys<E extends KeyEntry>(problems: Problems, entries: readonly E[], listPath: string, seen: SecretsSeen): (Omit<E, 'key'> & { sha256: string })[] {
+export function resolveKeys<E extends KeyEntry>(
+  problems: Problems,
+  entries: readonly E[],
+  listPath: string,
+  seen: SecretsSeen,
+): (Omit<E, 'key' | 'sha256' | 'secrets'> & { secrets: readonly KeySecretConfig[] })[] {
   const ids = new Map<string, string>();
   return entries.map((entry, i) => {
     const path = indexPath(listPath, i);
-    if (isBroken(entry)) return { ...entry, sha256: '' };
+    const { key: _key, sha256: _sha256, secrets: listed, ...rest } = entry;
+    if (isBroken(entry)) return { ...rest, secrets: [] };
     if (entry.id !== '') {
       if (!NAME_PATTERN.test(entry.id)) problems.add(childPath(path, 'id'), 'must match [A-Za-z0-9_.-]{1,64}');
       const earlier = ids.get(entry.id);
       if (earlier !== undefined) problems.add(childPath(path, 'id'), `repeats the id of ${earlier} (${JSON.stringify(entry.id)})`);
       else ids.set(entry.id, path);
     }
-    const secret = digestOf(problems, entry, path);
-    if (secret !== undefined) {
-      const earlier = seen.get(secret.digest);
-      if (earlier !== undefined) problems.add(secret.path, `has the same secret as ${earlier}`);
-      else seen.set(secret.digest, path);
+    if (listed === undefined) {
+      const secret = digestOf(problems, entry, path, 'needs key, sha256 or secrets');
+      return { ...rest, secrets: secret === undefined ? [] : [{ sha256: unique(problems, seen, secret, path) }] };
     }
-    const { key: _key, ...rest } = entry;
-    return { ...rest, sha256: secret?.digest ?? '' };
+    if (entry.key !== undefined || entry.sha256 !== undefined) problems.add(path, 'set either key or sha256 or secrets, not two of them');
+    const secretsPath = childPath(path, 'secrets');
+    const secrets = listed.flatMap((item, j): KeySecretConfig[] => {
+      const itemPath = indexPath(secretsPath, j);
+      if (isBroken(item)) return [];
+      const secret = digestOf(problems, item, itemPath, 'needs key or sha256');
+      const notAfterMs = item.not_after === undefined ? undefined : timeOf(problems, item.not_after, childPath(itemPath, 'not_after'));
+      if (secret === undefined) return [];
+      return [{ sha256: unique(problems, seen, secret, itemPath), ...(notAfterMs === undefined ? {} : { notAfterMs }) }];
+    });
+    return { ...rest, secrets };
   });
 }
 
-function digestOf(problems: Problems, entry: KeyEntry, path: string): { digest: string; path: string } | undefined {
+function unique(problems: Problems, seen: SecretsSeen, secret: { digest: string; path: string }, owner: string): string {
+  const earlier = seen.get(secret.digest);
+  if (earlier !== undefined) problems.add(secret.path, `has the same secret as ${earlier}`);
+  else seen.set(secret.digest, owner);
+  return secret.digest;
+}
+
+function timeOf(problems: Problems, text: string, path: string): number | undefined {
+  const ms = RFC3339.test(text) ? Date.parse(text) : Number.NaN;
+  if (Number.isNaN(ms)) {
+    problems.add(path, 'must be an RFC 3339 time with its offset, like 2026-12-31T00:00:00Z');
+    return undefined;
+  }
+  return ms;
+}
+
+function digestOf(problems: Problems, entry: SecretEntry, path: string, needs: string): { digest: string; path: string } | undefined {
   if ((entry.key === undefined) === (entry.sha256 === undefined)) {
-    problems.add(path, entry.key !== undefined ? 'set either key or sha256, not both' : 'needs key or sha256');
+    problems.add(path, entry.key !== undefined ? 'set either key or sha256, not both' : needs);
     return undefined;
   }
   if (entry.key !== undefined) {
