@@ -1,9 +1,13 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import { ConfigError, parseConfig } from '../src/config/load.js';
 import { ManualClock } from './helpers/clock.js';
 import { startPerch } from './helpers/perch.js';
+import { runCli } from './helpers/perch-process.js';
+import { tempDir } from './helpers/temp-dir.js';
 
 const OLD = 'rotation-old-qwxyzjklmnop';
 const NEW = 'rotation-new-qwxyzjklmnop';
@@ -113,4 +117,58 @@ test('secrets: either key, sha256 or secrets; each secret one of key and sha256;
   assert.deepEqual(problemsOf(yaml(`{ key: "${NEW}" }`)), ['auth.keys[0].secrets[1].key: has the same secret as auth.keys[0].secrets[0]']);
   assert.deepEqual(problemsOf(yaml().replace('plan: five\n', `plan: five\n      key: "${'k'.repeat(20)}"\n`)), ['auth.keys[0]: set either key or sha256 or secrets, not two of them']);
   assert.deepEqual(problemsOf(yaml().replace(/secrets:\n {8}- .*\n {8}- .*\n/, 'secrets: []\n')), ['auth.keys[0].secrets: must be a non-empty list']);
+});
+
+test('not_after: an impossible calendar time is refused, not rolled over; offsets and fractions count exactly', T, () => {
+  const parse = (notAfter: string) => {
+    try {
+      return parseConfig(yaml(`{ key: "${OLD}", not_after: "${notAfter}" }`), {}).auth.keys[0]?.secrets[0]?.notAfterMs;
+    } catch (error) {
+      assert.ok(error instanceof ConfigError, String(error));
+      return error.problems;
+    }
+  };
+  const refused = ['auth.keys[0].secrets[0].not_after: must be an RFC 3339 time with its offset, like 2026-12-31T00:00:00Z'];
+  // Date.parse takes each of these, as the day or hour after: a secret would live days longer or end days early.
+  for (const impossible of ['2026-02-31T00:00:00Z', '2026-02-29T00:00:00Z', '2026-04-31T00:00:00Z', '2026-13-01T00:00:00Z', '2026-12-31T24:00:00Z', '2026-12-31T23:60:00Z', '2026-12-31T00:00:00+24:00']) {
+    assert.deepEqual(parse(impossible), refused, impossible);
+  }
+  assert.equal(parse('2024-02-29T00:00:00Z'), Date.UTC(2024, 1, 29), 'a leap day is a day');
+  assert.equal(parse('2026-12-31T00:00:00.5-05:30'), Date.UTC(2026, 11, 31, 5, 30, 0, 500));
+  assert.equal(parse('2027-01-01T01:00:00+02:00'), Date.UTC(2026, 11, 31, 23));
+});
+
+test('a secret already past its not_after at a load is warned about at once, naming whether its key has another', T, async (t) => {
+  const clock = new ManualClock(NOT_AFTER + 1);
+  const perch = await startPerch(t, yaml(), { clock, timers: clock });
+  const atLoad = () => perch.logs.lines().filter((l) => typeof l.msg === 'string' && l.msg.includes('past its not_after at load'));
+  assert.deepEqual(
+    atLoad().map((l) => [l.msg, l.key_id, l.secret, l.fingerprint, l.valid_secrets_left]),
+    [
+      ['auth.keys: a key secret is already past its not_after at load: it is refused (401); remove it', 'alpha', 0, fingerprint(OLD), true],
+      ['admin.keys: a key secret is already past its not_after at load: it is refused (401); remove it', 'ops', 0, fingerprint(ADMIN_OLD), true],
+    ],
+  );
+  // A reload that leaves the key with only the expired secret: the key itself is dead, and said so.
+  perch.reload(yaml().replace(/ {8}- \{ key: "rotation-new-[^\n]*\n/, ''));
+  assert.deepEqual(atLoad().slice(2).map((l) => [l.msg, l.key_id, l.valid_secrets_left]), [
+    ['auth.keys: every secret of this key is past its not_after at load: the key is refused (401)', 'alpha', false],
+    ['admin.keys: a key secret is already past its not_after at load: it is refused (401); remove it', 'ops', true],
+  ]);
+  assert.equal((await perch.request('/v1/users/1', { key: OLD })).status, 401);
+});
+
+test('--check-config says valid, and warns on stderr of each secret already past its not_after', T, async (t) => {
+  const dir = tempDir(t, 'perch-rotation-');
+  const file = join(dir, 'perch.yaml');
+  writeFileSync(file, yaml(`{ key: "${OLD}", not_after: "2020-01-01T00:00:00Z" }`).replace(/ {8}- \{ key: "rotation-new-[^\n]*\n/, ''));
+  const run = await runCli(t, ['--check-config', '--config', file]);
+  assert.equal(run.code, 0, run.stderr);
+  assert.equal(run.stdout, `perch: ${file} is valid\n`);
+  assert.equal(
+    run.stderr,
+    'perch: warning: auth.keys[0].secrets[0]: not_after 2020-01-01T00:00:00.000Z is past: this secret is refused, and key "alpha" has no other\n' +
+      `perch: warning: admin.keys[0].secrets[0]: not_after ${new Date(NOT_AFTER).toISOString()} is past: this secret is refused\n`,
+  );
+  assert.ok(!run.stderr.includes(OLD) && !run.stderr.includes(ADMIN_OLD));
 });

@@ -39,6 +39,8 @@ export interface KeyStoreOptions {
   readonly logger: Logger;
   /** The store a reload replaces: each secret's last use and logged expiry carry over by digest. */
   readonly previous?: KeyStore;
+  /** Where the keys come from (`auth.keys`, `admin.keys`), for the warning about secrets already past their end. */
+  readonly list?: string;
 }
 
 /**
@@ -84,6 +86,32 @@ export class KeyStore {
         this.#byPrefix.set(prefix, bucket);
         this.#entries.push(entry);
       });
+    }
+    this.#warnExpired(options.list ?? 'auth.keys');
+  }
+
+  /**
+   * A secret loaded already past its `not_after` opens nothing from the start: a typo in a year
+   * would otherwise cut a client off with no word until it calls, and a key left without a
+   * valid secret at all is dead. Said at every load (start and reload) until it is removed.
+   */
+  #warnExpired(list: string): void {
+    const now = this.#clock.now();
+    const expired = this.#entries.filter((entry) => entry.notAfterMs !== undefined && now > entry.notAfterMs);
+    for (const entry of expired) {
+      const left = this.#entries.some((other) => other.client === entry.client && !(other.notAfterMs !== undefined && now > other.notAfterMs));
+      this.#logger.warn(
+        {
+          key_id: entry.client.id,
+          secret: entry.index,
+          fingerprint: entry.hex.slice(0, 8),
+          not_after: new Date(entry.notAfterMs!).toISOString(),
+          valid_secrets_left: left,
+        },
+        left
+          ? `${list}: a key secret is already past its not_after at load: it is refused (401); remove it`
+          : `${list}: every secret of this key is past its not_after at load: the key is refused (401)`,
+      );
     }
   }
 

@@ -19,7 +19,7 @@ export interface KeyEntry extends SecretEntry {
 }
 
 /** RFC 3339 with its offset: a time without one would be read in the host's zone. */
-const RFC3339 = /^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$/;
+const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?(?:[Zz]|([+-])(\d{2}):(\d{2}))$/;
 
 /**
  * `auth.keys` and `admin.keys`: ids unique and well formed, exactly one of `key`, `sha256` and
@@ -70,12 +70,31 @@ function unique(problems: Problems, seen: SecretsSeen, secret: { digest: string;
 }
 
 function timeOf(problems: Problems, text: string, path: string): number | undefined {
-  const ms = RFC3339.test(text) ? Date.parse(text) : Number.NaN;
-  if (Number.isNaN(ms)) {
-    problems.add(path, 'must be an RFC 3339 time with its offset, like 2026-12-31T00:00:00Z');
-    return undefined;
-  }
+  const ms = rfc3339Ms(text);
+  if (ms === undefined) problems.add(path, 'must be an RFC 3339 time with its offset, like 2026-12-31T00:00:00Z');
   return ms;
+}
+
+/**
+ * ms since the epoch, or undefined unless every field is in its range: Date.parse rolls an
+ * impossible date over (2026-02-31 is March 3rd, T24:00 the next day), which would move a
+ * secret's end by days without a word.
+ */
+function rfc3339Ms(text: string): number | undefined {
+  const m = RFC3339.exec(text);
+  if (m === null) return undefined;
+  const [year, month, day, hour, minute, second] = m.slice(1, 7).map(Number) as [number, number, number, number, number, number];
+  const fraction = m[7] === undefined ? 0 : Math.floor(Number(m[7]) * 1000);
+  const offsetMinutes = m[8] === undefined ? 0 : (m[8] === '-' ? -1 : 1) * (Number(m[9]) * 60 + Number(m[10]));
+  // Day 0 of the next month is this month's last day (setUTCFullYear, unlike Date.UTC, takes years below 100 as they are).
+  const lastDay = new Date(0);
+  lastDay.setUTCFullYear(year, month, 0);
+  if (month < 1 || month > 12 || day < 1 || day > lastDay.getUTCDate() || hour > 23 || minute > 59 || second > 59) return undefined;
+  if (Number(m[9] ?? 0) > 23 || Number(m[10] ?? 0) > 59) return undefined;
+  const utc = new Date(0);
+  utc.setUTCFullYear(year, month - 1, day);
+  utc.setUTCHours(hour, minute, second, fraction);
+  return utc.getTime() - offsetMinutes * 60_000;
 }
 
 function digestOf(problems: Problems, entry: SecretEntry, path: string, needs: string): { digest: string; path: string } | undefined {
@@ -97,4 +116,23 @@ function digestOf(problems: Problems, entry: SecretEntry, path: string, needs: s
     return undefined;
   }
   return { digest: entry.sha256!.toLowerCase(), path: at };
+}
+
+/**
+ * Each secret of `auth.keys` and `admin.keys` already past its `not_after` at `nowMs`, as a line
+ * for `--check-config`: the file is valid, but that secret opens nothing (and a key with no
+ * other secret, nothing at all).
+ */
+export function secretsPastEnd(lists: Readonly<Record<string, readonly { readonly id: string; readonly secrets: readonly KeySecretConfig[] }[]>>, nowMs: number): string[] {
+  return Object.entries(lists).flatMap(([listPath, keys]) =>
+    keys.flatMap((key, i) => {
+      const past = (secret: KeySecretConfig) => secret.notAfterMs !== undefined && nowMs > secret.notAfterMs;
+      const dead = key.secrets.every(past);
+      return key.secrets.flatMap((secret, j) =>
+        past(secret)
+          ? [`${listPath}[${i}].secrets[${j}]: not_after ${new Date(secret.notAfterMs!).toISOString()} is past: this secret is refused${dead ? `, and key ${JSON.stringify(key.id)} has no other` : ''}`]
+          : [],
+      );
+    }),
+  );
 }

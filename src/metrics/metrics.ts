@@ -287,10 +287,6 @@ export class PerchMetrics implements UpstreamEvents {
     this.#cacheTiers.set(store.tier, store);
   }
 
-  /**
-   * Exports each key's provider-call budget as this instance last learned it (budget-book.ts),
-   * read at scrape time: what is left of it in the current window, and its limit.
-   */
   /** When each secret of each client key was last accepted (a rotation's check that the old one is idle); never the secret. */
   addSecretUseGauge(read: () => readonly { id: string; index: number; lastUsedMs: number | undefined }[]): void {
     new Gauge({
@@ -305,6 +301,10 @@ export class PerchMetrics implements UpstreamEvents {
     });
   }
 
+  /**
+   * Exports each key's provider-call budget as this instance last learned it (budget-book.ts),
+   * read at scrape time: what is left of it in the current window, and its limit.
+   */
   addBudgetGauges(read: () => readonly { label: string; standing: { limit: number; remaining: number } }[]): void {
     for (const [name, help, field] of [
       ['perch_key_provider_budget_remaining', "Provider calls left in a client key's budget for the current calendar window, as this instance last learned it.", 'remaining'],
