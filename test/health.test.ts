@@ -71,3 +71,20 @@ test('a Redis never reached since start shows perch_redis_up 0 and a degraded /r
   assert.deepEqual([ready.status, ready.json().status, ready.json().checks.redis], [200, 'degraded', 'unavailable']);
   assert.equal((await perch.request('/v1/users/1')).status, 200, 'it serves all the same');
 });
+
+test('/readyz names a credential the provider rejects while another still serves: degraded, 200', { timeout: 10_000 }, async (t) => {
+  const upstream = await startUpstream(t, (req, res) => (req.headers.authorization === 'Bearer bad-token-0123456789' ? json(401, {})(req, res) : sampleProvider(req, res)));
+  const clock = new ManualClock();
+  const credentials = 'credentials: [{ id: good, headers: { authorization: "Bearer good-token-0123456789" } }, { id: bad, headers: { authorization: "Bearer bad-token-0123456789" } }]';
+  const perch = await startPerch(t, testConfig(v1('main', upstream.url, credentials)), { clock, timers: clock });
+  assert.equal((await perch.request('/readyz', { key: null })).json().status, 'ok');
+  for (let i = 1; i <= 4; i++) assert.equal((await perch.request(`/v1/users/${i}`)).status, 200, 'the good credential answers, retried past the bad one');
+  const ready = await perch.request('/readyz', { key: null });
+  assert.equal(ready.status, 200);
+  const body = ready.json();
+  assert.deepEqual(
+    [body.status, body.checks['upstream:main'], body.checks['credential:main/bad'], body.checks['credential:main/good'], body.checks['route:user']],
+    ['degraded', 'ok', `revoked until ${new Date(clock.now() + 300_000).toISOString()}`, undefined, 'ok'],
+  );
+  assert.ok(!ready.text.includes('token-0123456789'), 'no credential secret in the probe');
+});

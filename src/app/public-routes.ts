@@ -131,6 +131,14 @@ export class PublicRoutes {
     for (const [name, status] of statuses) {
       checks[`upstream:${name}`] =
         status.state === 'ok' ? 'ok' : status.untilMs === undefined ? status.state : `${status.state} until ${new Date(status.untilMs).toISOString()}`;
+      // One credential of several rejected: the upstream still answers, but only the operator can
+      // fix that credential, and the others carry its share. A credential's own cool-downs and
+      // caps are the rotation's ordinary weather and stay in metrics.
+      if (status.state === 'no_credential') continue;
+      for (const [id, credential] of Object.entries(status.credentials)) {
+        if (credential.state !== 'revoked') continue;
+        checks[`credential:${name}/${id}`] = credential.untilMs === undefined ? 'revoked' : `revoked until ${new Date(credential.untilMs).toISOString()}`;
+      }
     }
     for (const endpoint of ENDPOINT_NAMES) {
       checks[`route:${endpoint}`] = upstreams.usable(endpoint).length > 0 ? 'ok' : 'no usable upstream';
