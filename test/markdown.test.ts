@@ -28,7 +28,11 @@ function unclosedFences(markdown: string): number[] {
     const fence = /^\s*(`{3,}|~{3,})(.*)$/.exec(text);
     if (fence === null) return;
     const [, marks, rest] = fence as unknown as [string, string, string];
-    if (open === undefined) open = { char: marks[0]!, length: marks.length, line: i + 1 };
+    if (open === undefined) {
+      // A backtick in a backtick fence's info string makes the line inline code, not a fence.
+      if (marks[0] === '`' && rest.includes('`')) return;
+      open = { char: marks[0]!, length: marks.length, line: i + 1 };
+    }
     else if (marks[0] === open.char && marks.length >= open.length && rest.trim() === '') open = undefined;
   });
   return open === undefined ? [] : [open.line];
@@ -61,6 +65,8 @@ test('the checks themselves: an unclosed fence and a digest of a word are found,
   assert.deepEqual(unclosedFences('````md\n```\n````\n'), [], 'a longer fence holds a shorter one');
   assert.deepEqual(unclosedFences('  ```sh\n  ls\n  ```\n~~~\n'), [4], 'indented fences in lists count, and ~~~ too');
   assert.deepEqual(unclosedFences('```\n``` not a close\n'), [1]);
+  assert.deepEqual(unclosedFences('```` ``` ```` is how a fence is typed\n'), [], 'inline code at the start of a line is no fence');
+  assert.deepEqual(unclosedFences('~~~ `x`\n'), [1], 'a tilde fence may have backticks in its info string');
   const testDigest = createHash('sha256').update('test').digest('hex');
   assert.deepEqual(weakDigests(`sha256: "${testDigest}"`), [`${testDigest.slice(0, 12)}... = sha256("test")`]);
   assert.deepEqual(weakDigests(`sha256: ${createHash('sha256').update('changeme\n').digest('hex').toUpperCase()}`).length, 1);
