@@ -20,7 +20,7 @@ RUN npm run build && npm prune --omit=dev
 FROM ${NODE_IMAGE}
 # VERSION matches package.json (a test checks it); SOURCE is the repository URL, given at build
 # time (docker build --build-arg SOURCE=https://...) because this file cannot know where it lives.
-ARG VERSION=0.1.0
+ARG VERSION=0.2.0
 ARG SOURCE=""
 LABEL org.opencontainers.image.title="perch" \
       org.opencontainers.image.description="Caching, rate-limiting reverse proxy for a read-only social-account data API" \

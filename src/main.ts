@@ -2,6 +2,7 @@
 import cluster from 'node:cluster';
 import { parseCommand, USAGE } from './cli.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
+import { secretsPastEnd } from './config/rules-keys.js';
 import { checkStartupFiles } from './app/preflight.js';
 import type { Config } from './config/types.js';
 import { healthCheck } from './health-check.js';
@@ -45,6 +46,8 @@ async function main(): Promise<void> {
   }
   if (command.kind === 'check') {
     process.stdout.write(`perch: ${command.configPath} is valid\n`);
+    const lists = { 'auth.keys': config.auth.keys, ...(config.admin === undefined ? {} : { 'admin.keys': config.admin.keys }) };
+    for (const warning of secretsPastEnd(lists, Date.now())) process.stderr.write(`perch: warning: ${warning}\n`);
     return;
   }
   if (command.kind === 'health_check') {

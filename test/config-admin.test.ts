@@ -32,8 +32,8 @@ test('admin keys are kept as digests, from a literal key or a sha256; no admin s
   const config = parseConfig(stringify(tree({ keys: [{ id: 'ops', key: ADMIN_SECRET }, { id: 'ci', sha256: digest('x'.repeat(20)).toUpperCase() }] })), {});
   assert.deepEqual(config.admin, {
     keys: [
-      { id: 'ops', sha256: digest(ADMIN_SECRET) },
-      { id: 'ci', sha256: digest('x'.repeat(20)) },
+      { id: 'ops', secrets: [{ sha256: digest(ADMIN_SECRET) }] },
+      { id: 'ci', secrets: [{ sha256: digest('x'.repeat(20)) }] },
     ],
     status_page: false,
   });
@@ -50,7 +50,7 @@ test('admin keys follow the client keys rules, have no plan, and share no secret
     [{ keys: [{ id: 'o p', key: ADMIN_SECRET }] }, ['admin.keys[0].id: must match [A-Za-z0-9_.-]{1,64}']],
     [{ keys: [{ key: ADMIN_SECRET }] }, ['admin.keys[0].id: is required']],
     [{ keys: [{ id: 'ops', key: 'short' }] }, ['admin.keys[0].key: must be at least 16 characters (a shorter secret is guessable)']],
-    [{ keys: [{ id: 'ops' }] }, ['admin.keys[0]: needs key or sha256']],
+    [{ keys: [{ id: 'ops' }] }, ['admin.keys[0]: needs key, sha256 or secrets']],
     [{ keys: [{ id: 'ops', sha256: 'abc' }] }, ['admin.keys[0].sha256: must be 64 hex digits (a SHA-256 digest)']],
     [
       { keys: [{ id: 'ops', key: ADMIN_SECRET }, { id: 'ops', key: `${ADMIN_SECRET}x` }] },

@@ -35,13 +35,13 @@ test('${file:...} reads a secret file, trimming one trailing newline, and names 
   const secret = join(dir, 'alpha_key');
   writeFileSync(secret, 'file-secret-0123456789\n');
   const keyed = MINIMAL.replace('${ALPHA_KEY:-alpha-secret-0123456789}', `\${file:${secret}}`);
-  assert.equal(parseConfig(keyed, {}).auth.keys[0]?.sha256, sha256('file-secret-0123456789'));
+  assert.equal(parseConfig(keyed, {}).auth.keys[0]?.secrets[0]?.sha256, sha256('file-secret-0123456789'));
 
   // Only one newline goes: a second one is part of the value (and here makes it 17+ characters).
   writeFileSync(secret, 'file-secret-0123456789\n\n');
-  assert.equal(parseConfig(keyed, {}).auth.keys[0]?.sha256, sha256('file-secret-0123456789\n'));
+  assert.equal(parseConfig(keyed, {}).auth.keys[0]?.secrets[0]?.sha256, sha256('file-secret-0123456789\n'));
   writeFileSync(secret, 'file-secret-0123456789\r\n');
-  assert.equal(parseConfig(keyed, {}).auth.keys[0]?.sha256, sha256('file-secret-0123456789'));
+  assert.equal(parseConfig(keyed, {}).auth.keys[0]?.secrets[0]?.sha256, sha256('file-secret-0123456789'));
 
   // Inside a longer value, like an upstream header.
   writeFileSync(secret, 'provider-token\n');

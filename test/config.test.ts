@@ -92,7 +92,7 @@ describe('parseConfig: defaults and valid files', () => {
         miss_deadline_ms: 10000,
         rate_limit_headers: ['ietf'],
       },
-      auth: { mode: 'keys', keys: [{ id: 'alpha', plan: 'small', sha256: ALPHA_DIGEST }], verify_ttl_seconds: 300, reject_ttl_seconds: 60, remembered_keys: 100000, verify_rate_per_second: 1, verify_burst: 20, verify_source_share: 0.25, revalidate_rate_per_second: 10, revalidate_burst: 100 },
+      auth: { mode: 'keys', keys: [{ id: 'alpha', plan: 'small', secrets: [{ sha256: ALPHA_DIGEST }] }], verify_ttl_seconds: 300, reject_ttl_seconds: 60, remembered_keys: 100000, verify_rate_per_second: 1, verify_burst: 20, verify_source_share: 0.25, revalidate_rate_per_second: 10, revalidate_burst: 100 },
       rate_limits: { small: { capacity: 5, refill_per_second: 1, cost_of_hit: 1, provider_weight: 1 } },
       upstreams: { demo: { kind: 'fixture' } },
       routes: {
@@ -147,8 +147,8 @@ describe('parseConfig: defaults and valid files', () => {
   it('loads the full example file', () => {
     const config = loadConfigFile(FULL_FIXTURE, { ALPHA_KEY: ALPHA_SECRET, UPSTREAM_KEY: 'provider-key' });
     assert.deepEqual(config.auth.keys, [
-      { id: 'alpha', plan: 'small', sha256: ALPHA_DIGEST },
-      { id: 'beta', plan: 'small', sha256: createHash('sha256').update('test').digest('hex') },
+      { id: 'alpha', plan: 'small', secrets: [{ sha256: ALPHA_DIGEST }] },
+      { id: 'beta', plan: 'small', secrets: [{ sha256: createHash('sha256').update('test').digest('hex') }] },
     ]);
     assert.deepEqual(config.upstreams.main, {
       kind: 'v1',
@@ -191,7 +191,7 @@ describe('parseConfig: defaults and valid files', () => {
     raw.auth.keys[0] = { id: 'alpha', key: ALPHA_SECRET, plan: 'small' };
     const config = parseConfig(stringify(raw), {});
     const key = config.auth.keys[0];
-    assert.equal(key?.sha256, ALPHA_DIGEST);
+    assert.equal(key?.secrets[0]?.sha256, ALPHA_DIGEST);
     assert.equal(Object.hasOwn(key ?? {}, 'key'), false);
     assert.equal(JSON.stringify(config).includes(ALPHA_SECRET), false);
   });
@@ -199,7 +199,7 @@ describe('parseConfig: defaults and valid files', () => {
   it('lowercases a sha256 digest', () => {
     const raw = base();
     raw.auth.keys[0].sha256 = ALPHA_DIGEST.toUpperCase();
-    assert.equal(parseConfig(stringify(raw), {}).auth.keys[0]?.sha256, ALPHA_DIGEST);
+    assert.equal(parseConfig(stringify(raw), {}).auth.keys[0]?.secrets[0]?.sha256, ALPHA_DIGEST);
   });
 
   it('reduces an upstream url to its origin', () => {
@@ -231,7 +231,7 @@ describe('parseConfig: environment substitution', () => {
   const withEnvKey = MINIMAL.replace(`sha256: ${ALPHA_DIGEST}`, 'key: "${ALPHA_KEY}"');
 
   it('substitutes a set variable', () => {
-    assert.equal(parseConfig(withEnvKey, { ALPHA_KEY: ALPHA_SECRET }).auth.keys[0]?.sha256, ALPHA_DIGEST);
+    assert.equal(parseConfig(withEnvKey, { ALPHA_KEY: ALPHA_SECRET }).auth.keys[0]?.secrets[0]?.sha256, ALPHA_DIGEST);
   });
 
   it('reports an unset variable, and nothing else about that value', () => {
@@ -285,7 +285,7 @@ describe('parseConfig: checks', () => {
       'auth.keys[1].id: repeats the id of auth.keys[0] ("alpha")',
     ],
     ['key and sha256', (r) => (r.auth.keys[0].key = ALPHA_SECRET), 'auth.keys[0]: set either key or sha256, not both'],
-    ['neither key nor sha256', (r) => delete r.auth.keys[0].sha256, 'auth.keys[0]: needs key or sha256'],
+    ['neither key nor sha256', (r) => delete r.auth.keys[0].sha256, 'auth.keys[0]: needs key, sha256 or secrets'],
     [
       'short key',
       (r) => (r.auth.keys[0] = { id: 'alpha', key: 'short', plan: 'small' }),

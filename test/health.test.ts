@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { ManualClock } from './helpers/clock.js';
 import { startPerch, testConfig, v1 } from './helpers/perch.js';
-import { json, refusedPort, startUpstream } from './helpers/upstream-server.js';
+import { json, refusedPort, sampleProvider, startUpstream } from './helpers/upstream-server.js';
 
 test('/healthz and /readyz answer without a key and without spending a rate-limit token', async (t) => {
   const perch = await startPerch(
@@ -46,15 +46,20 @@ test('/readyz stays 200 when the provider says stop, naming the upstream and the
   assert.deepEqual((await perch.request('/readyz', { key: null })).json().status, 'ok');
 });
 
-test('/readyz is 503 once every credential of every upstream is rejected (only the operator can fix that)', { timeout: 10_000 }, async (t) => {
-  const rejecting = await startUpstream(t, json(401, {}));
-  const perch = await startPerch(t, testConfig(v1('main', rejecting.url)));
-  assert.equal((await perch.request('/readyz', { key: null })).status, 200);
-  assert.equal((await perch.request('/v1/users/1')).status, 502);
+test('/readyz stays 200 degraded while the provider rejects the one credential, and cached GETs stay 200', { timeout: 10_000 }, async (t) => {
+  let rejecting = false;
+  const upstream = await startUpstream(t, (req, res) => (rejecting ? json(401, {})(req, res) : sampleProvider(req, res)));
+  const clock = new ManualClock();
+  const perch = await startPerch(t, testConfig(v1('main', upstream.url)), { clock, timers: clock });
+  assert.equal((await perch.request('/v1/users/1')).status, 200);
+  rejecting = true;
+  assert.equal((await perch.request('/v1/users/2')).status, 502);
   const ready = await perch.request('/readyz', { key: null });
-  assert.equal(ready.status, 503);
-  assert.equal(ready.json().status, 'unavailable');
-  assert.match(ready.json().checks['upstream:main'], /^no_credential until \d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/, 'until its recheck');
+  assert.equal(ready.status, 200, 'a credential the provider rejects is rejected for every instance alike: not this instance\'s own');
+  assert.equal(ready.json().status, 'degraded');
+  assert.equal(ready.json().checks['upstream:main'], `no_credential until ${new Date(clock.now() + 300_000).toISOString()}`);
+  const cached = await perch.request('/v1/users/1');
+  assert.deepEqual([cached.status, cached.headers.get('cache-status')?.includes('hit')], [200, true], 'the cache still answers');
 });
 
 test('a Redis never reached since start shows perch_redis_up 0 and a degraded /readyz, not a failed one', { timeout: 10_000 }, async (t) => {
@@ -65,4 +70,21 @@ test('a Redis never reached since start shows perch_redis_up 0 and a degraded /r
   const ready = await perch.request('/readyz', { key: null });
   assert.deepEqual([ready.status, ready.json().status, ready.json().checks.redis], [200, 'degraded', 'unavailable']);
   assert.equal((await perch.request('/v1/users/1')).status, 200, 'it serves all the same');
+});
+
+test('/readyz names a credential the provider rejects while another still serves: degraded, 200', { timeout: 10_000 }, async (t) => {
+  const upstream = await startUpstream(t, (req, res) => (req.headers.authorization === 'Bearer bad-token-0123456789' ? json(401, {})(req, res) : sampleProvider(req, res)));
+  const clock = new ManualClock();
+  const credentials = 'credentials: [{ id: good, headers: { authorization: "Bearer good-token-0123456789" } }, { id: bad, headers: { authorization: "Bearer bad-token-0123456789" } }]';
+  const perch = await startPerch(t, testConfig(v1('main', upstream.url, credentials)), { clock, timers: clock });
+  assert.equal((await perch.request('/readyz', { key: null })).json().status, 'ok');
+  for (let i = 1; i <= 4; i++) assert.equal((await perch.request(`/v1/users/${i}`)).status, 200, 'the good credential answers, retried past the bad one');
+  const ready = await perch.request('/readyz', { key: null });
+  assert.equal(ready.status, 200);
+  const body = ready.json();
+  assert.deepEqual(
+    [body.status, body.checks['upstream:main'], body.checks['credential:main/bad'], body.checks['credential:main/good'], body.checks['route:user']],
+    ['degraded', 'ok', `revoked until ${new Date(clock.now() + 300_000).toISOString()}`, undefined, 'ok'],
+  );
+  assert.ok(!ready.text.includes('token-0123456789'), 'no credential secret in the probe');
 });

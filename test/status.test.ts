@@ -114,11 +114,19 @@ test('/status.json reports hit ratios, upstream state and errors, per-key usage 
   assert.equal(byName.down.errors, 1);
   assert.deepEqual(byName.down.credentials, [{ id: 'default', state: 'active', until: null }]);
 
-  assert.deepEqual(status.keys, [
-    // The fixture is no provider: only the call to `down` (refused, but made) counts.
-    { id: 'alpha', requests: 5, hits: 2, errors: 1, rate_limited: 0, upstream_calls: 1, saved_calls: 2, budget_left: null },
-    { id: 'bravo', requests: 0, hits: 0, errors: 0, rate_limited: 0, upstream_calls: 0, saved_calls: 0, budget_left: null },
-  ]);
+  assert.deepEqual(
+    status.keys.map(({ secrets: _secrets, ...row }: { secrets: unknown }) => row),
+    [
+      // The fixture is no provider: only the call to `down` (refused, but made) counts.
+      { id: 'alpha', requests: 5, hits: 2, errors: 1, rate_limited: 0, upstream_calls: 1, saved_calls: 2, budget_left: null },
+      { id: 'bravo', requests: 0, hits: 0, errors: 0, rate_limited: 0, upstream_calls: 0, saved_calls: 0, budget_left: null },
+    ],
+  );
+  // Each secret's last use: key-rotation.test.ts holds its value to an injected clock.
+  assert.deepEqual(
+    status.keys.map((row: { secrets: { index: number; last_used: string | null }[] }) => row.secrets.map((s) => [s.index, s.last_used !== null])),
+    [[[0, true]], [[0, false]]],
+  );
   assert.equal(status.cache.redis, null);
   assert.equal(status.cache.memory.max_bytes, perch.config.cache.memory.max_bytes);
   assert.ok(status.cache.memory.entries >= 2 && status.cache.memory.bytes > 0, JSON.stringify(status.cache.memory));

@@ -12,6 +12,8 @@ export interface AdminView {
     readonly config: Config;
     /** Absent without an `admin` section: then the admin routes do not exist. */
     readonly adminKeys?: KeyStore;
+    /** The client keys, for each secret's last use. */
+    readonly keys: KeyStore;
     readonly upstreams: UpstreamSet;
   };
   readonly reloadStatus: { readonly successful: boolean; readonly lastSuccessMs: number };

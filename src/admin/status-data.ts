@@ -53,6 +53,8 @@ export interface KeyRow {
   readonly saved_calls: number;
   /** What is left of its plan's provider-call budget in this window, as this instance knows; null without one. */
   readonly budget_left: number | null;
+  /** Each secret of the key (index in `secrets`, 0 for `key`/`sha256`; fingerprint: 8 hex digits of its SHA-256), never the secret. */
+  readonly secrets: readonly { readonly index: number; readonly fingerprint: string; readonly last_used: string | null; readonly not_after: string | null }[];
 }
 
 /** What `/status.json` returns; counts are cumulative since this instance started. */
@@ -97,6 +99,7 @@ export async function collectStatus(sources: StatusSources): Promise<StatusSnaps
     samples(metrics, 'perch_key_provider_budget_remaining'),
   ]);
   const now = runtime.current;
+  const secretUses = now.keys.uses();
   const memorySize = cache.memory.size() ?? { entries: 0, bytes: 0 };
   const redisStats = cache.redisStats;
   return {
@@ -131,6 +134,9 @@ export async function collectStatus(sources: StatusSources): Promise<StatusSnaps
         upstream_calls: sum(keyCalls.filter((s) => s.labels.key_id === id)),
         saved_calls: sum(keySaved.filter((s) => s.labels.key_id === id)),
         budget_left: budgetOf(now.config, id, budgetLeft),
+        secrets: secretUses
+          .filter((use) => use.id === id)
+          .map((use) => ({ index: use.index, fingerprint: use.fingerprint, last_used: iso(use.lastUsedMs), not_after: iso(use.notAfterMs) })),
       };
     }),
     cache: {

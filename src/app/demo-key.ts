@@ -11,5 +11,5 @@ export const DEMO_KEY = 'perch-demo-key-do-not-use-in-production';
 const DEMO_DIGEST = createHash('sha256').update(DEMO_KEY).digest('hex');
 
 export function hasDemoKey(config: Config): boolean {
-  return config.auth.keys.some((key) => key.sha256 === DEMO_DIGEST);
+  return config.auth.keys.some((key) => key.secrets.some((secret) => secret.sha256 === DEMO_DIGEST));
 }

@@ -109,6 +109,7 @@ export function createPerch(options: PerchOptions): Perch {
   metrics.addEvictionCount(() => tiers.cache.memory.evictions);
   metrics.addSlabMetrics(() => tiers.cache.memory.slabs);
   metrics.addBudgetGauges(() => budgets.all());
+  metrics.addSecretUseGauge(() => runtime.current.keys.uses());
   metrics.addPassThroughGauge(() => runtime.current.verifier?.held());
   metrics.addThrottleGauge(() => Object.fromEntries(Object.entries(runtime.current.upstreams.status()).map(([name, status]) => [name, status.throttle])));
   // Prometheus's own names for the same facts (prometheus_config_last_reload_*), so alerts carry over.

@@ -110,12 +110,12 @@ export class PublicRoutes {
   }
 
   /**
-   * Ready unless this instance itself cannot serve: every upstream has lost every credential
-   * (401/403, which only the operator can fix), or a registered hard check fails. What the
-   * provider says (cool-downs, usage caps, an open breaker) and soft dependencies like the Redis
-   * tier are shared by every instance of a fleet: failing readiness for them would pull every
-   * instance out of the load balancer at once, cache hits included, so they show in `checks`
-   * (status `degraded`) and in metrics instead.
+   * Ready unless this instance itself cannot serve: a registered hard check fails (a draining
+   * instance has closed its listener, so a probe meets a refused connection instead). Everything
+   * the provider says (credentials rejected, cool-downs, usage caps, an open breaker) and soft
+   * dependencies like the Redis tier are shared by every instance of a fleet: failing readiness
+   * for them would pull every instance out of the load balancer at once, cache hits included, so
+   * they show in `checks` (status `degraded`, with the reason) and in metrics instead.
    */
   async #ready(head: boolean, res: ServerResponse): Promise<void> {
     const { runtime } = this.#options;
@@ -131,11 +131,19 @@ export class PublicRoutes {
     for (const [name, status] of statuses) {
       checks[`upstream:${name}`] =
         status.state === 'ok' ? 'ok' : status.untilMs === undefined ? status.state : `${status.state} until ${new Date(status.untilMs).toISOString()}`;
+      // One credential of several rejected: the upstream still answers, but only the operator can
+      // fix that credential, and the others carry its share. A credential's own cool-downs and
+      // caps are the rotation's ordinary weather and stay in metrics.
+      if (status.state === 'no_credential') continue;
+      for (const [id, credential] of Object.entries(status.credentials)) {
+        if (credential.state !== 'revoked') continue;
+        checks[`credential:${name}/${id}`] = credential.untilMs === undefined ? 'revoked' : `revoked until ${new Date(credential.untilMs).toISOString()}`;
+      }
     }
     for (const endpoint of ENDPOINT_NAMES) {
       checks[`route:${endpoint}`] = upstreams.usable(endpoint).length > 0 ? 'ok' : 'no usable upstream';
     }
-    let hardFailure = statuses.every(([, status]) => status.state === 'no_credential');
+    let hardFailure = false;
     for (const [name, { check, hard }] of this.#checks) {
       const ok = await Promise.resolve()
         .then(check)

@@ -111,11 +111,18 @@ export class Runtime {
     const { clock, timers, logger, dispatchers, metrics, providerState, random, budgets } = this.#options;
     return {
       config,
-      keys: new KeyStore(config.auth.keys),
+      keys: new KeyStore(config.auth.keys, { clock, logger, list: 'auth.keys', ...(previous === undefined ? {} : { previous: previous.keys }) }),
       ...(config.auth.mode === 'upstream' ? this.#verification(config, previous?.verdicts) : {}),
       // A store of their own, so neither kind of key opens the other's door. KeyStore carries a
       // plan for client keys; admin keys have none, and nothing reads it.
-      ...(config.admin === undefined ? {} : { adminKeys: new KeyStore(config.admin.keys.map((key) => ({ ...key, plan: '' }))) }),
+      ...(config.admin === undefined
+        ? {}
+        : {
+            adminKeys: new KeyStore(
+              config.admin.keys.map((key) => ({ ...key, plan: '' })),
+              { clock, logger, list: 'admin.keys', ...(previous?.adminKeys === undefined ? {} : { previous: previous.adminKeys }) },
+            ),
+          }),
       upstreams: new UpstreamSet(config, { clock, timers, logger, state: providerState, dispatchers, metrics, random, budgets }),
     };
   }

@@ -61,9 +61,28 @@ const server = obj(
 );
 
 const keyId = (doc: string) => str({ required: true, doc });
-const secret = {
-  key: str({ readme: '-', doc: 'the secret, at least 16 characters, normally `"${ENV}"`; perch keeps only its SHA-256' }),
+const secretKeys = {
+  key: str({ readme: '-', doc: 'the secret, at least 16 characters, normally `"${file:/run/secrets/...}"` or `"${ENV}"`; perch keeps only its SHA-256' }),
   sha256: str({ readme: '-', doc: 'instead of `key`: the hex SHA-256 of the secret (`printf %s "$KEY" \\| sha256sum`)' }),
+};
+const secret = {
+  ...secretKeys,
+  secrets: list(
+    obj(
+      {
+        ...secretKeys,
+        not_after: str({
+          readme: '-',
+          doc: 'an RFC 3339 time with its offset (`2026-12-31T00:00:00Z`); past it this secret is 401 and logged once (absent: no end)',
+        }),
+      },
+      { doc: 'one secret of the key', expected: 'must be a mapping with key or sha256, and not_after' },
+    ),
+    {
+      readme: '-',
+      doc: 'instead of `key` or `sha256`: several secrets for this one id at once, each with `key` or `sha256` and an optional `not_after`, all of them the same id (a client key\'s one bucket, budget and metrics label), for a rotation with overlap (see [Rotating a key](configuration.md#rotating-a-key))',
+    },
+  ),
 };
 const ttl = (fallback: number, doc: string) => int({ min: 1, max: 86_400, default: fallback, doc });
 

@@ -44,11 +44,18 @@ export type {
   XV2UpstreamConfig,
 } from './schema-upstreams.js';
 
-/** A client key: its secret kept only as the lowercase hex SHA-256. */
+/** One secret of a key: kept only as the lowercase hex SHA-256, with the end of its validity. */
+export interface KeySecretConfig {
+  readonly sha256: string;
+  /** `not_after` in ms since the epoch: past it the secret is refused. */
+  readonly notAfterMs?: number;
+}
+
+/** A client key: one id (bucket, budget, metrics label) opened by one or more secrets. */
 export interface ApiKeyConfig {
   readonly id: string;
   readonly plan: string;
-  readonly sha256: string;
+  readonly secrets: readonly KeySecretConfig[];
 }
 
 /** An admin key: like a client key, without a plan. */

@@ -287,6 +287,20 @@ export class PerchMetrics implements UpstreamEvents {
     this.#cacheTiers.set(store.tier, store);
   }
 
+  /** When each secret of each client key was last accepted (a rotation's check that the old one is idle); never the secret. */
+  addSecretUseGauge(read: () => readonly { id: string; index: number; lastUsedMs: number | undefined }[]): void {
+    new Gauge({
+      name: 'perch_key_secret_last_used_timestamp_seconds',
+      help: "When this instance last accepted a client key's secret, in seconds since the epoch; secret is its index in the key's secrets (0 for key or sha256). No series before its first use since start.",
+      labelNames: ['key_id', 'secret'],
+      registers: [this.registry],
+      collect() {
+        this.reset();
+        for (const { id, index, lastUsedMs } of read()) if (lastUsedMs !== undefined) this.set({ key_id: id, secret: String(index) }, lastUsedMs / 1000);
+      },
+    });
+  }
+
   /**
    * Exports each key's provider-call budget as this instance last learned it (budget-book.ts),
    * read at scrape time: what is left of it in the current window, and its limit.
