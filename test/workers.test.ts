@@ -201,7 +201,8 @@ test('a port taken at start ends a single perch with status 1 and one JSON line 
   onCleanup(t, () => new Promise<void>((resolve) => holder.close(() => resolve())));
   const port = (holder.address() as AddressInfo).port;
   const config = join(tempDir(t, 'perch-workers-'), 'perch.yaml');
-  writeFileSync(config, yaml(port, 'http://127.0.0.1:9', undefined));
+  // A Redis client, trying to connect, is one of the handles that kept such a process alive.
+  writeFileSync(config, yaml(port, 'http://127.0.0.1:9', 'redis://127.0.0.1:9'));
   const run = await within(runCli(t, ['--config', config]), 10_000, 'perch on a taken port exits');
   assert.equal(run.code, 1);
   const fatal = run.stdout.split('\n').filter((line) => line.includes('"level":60')).map((line) => JSON.parse(line));
