@@ -118,7 +118,7 @@ test('--workers above 1 without cache.redis (rate_limits_redis alone too), or on
   const reason =
     'needs cache.redis: each worker has a memory cache of its own, and only through the shared cache do purges, shared flights and the rate limits reach every worker';
   for (const file of [noRedis, limitsOnly]) {
-    const refused = await runCli(t, ['--config', file, '--workers', '2']);
+    const refused = await within(runCli(t, ['--config', file, '--workers', '2']), 10_000, 'perch --workers 2 refuses');
     assert.deepEqual([refused.code, refused.stderr], [2, `perch: --workers 2 ${reason}\n`]);
     const checked = await runCli(t, ['--config', file, '--workers', '2', '--check-config']);
     assert.deepEqual([checked.code, checked.stderr], [2, `perch: ${file} is not a valid configuration:\n  --workers 2 ${reason}\n`]);
