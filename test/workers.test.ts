@@ -249,6 +249,7 @@ test('a worker that cannot start exits with its reason and is started again with
   await within(perch.exited, 10_000, 'the primary exits');
   const all = [...workerPids(t, perch).values(), ...pids.values()];
   await allGone(all, 10_000 - (performance.now() - started));
+  t.diagnostic(`primary and ${new Set(all).size} workers gone ${Math.round(performance.now() - started)} ms after SIGTERM`);
 });
 
 test(`a worker that fails to start ${5} times in a row stops perch with status 1 and a clear line`, T, async (t) => {
@@ -319,6 +320,7 @@ test('workers under a stalled stdout: every line whole JSON, one access line per
       return true;
     }
   });
+  t.diagnostic(`${raw.length} lines, ${torn.length} not JSON; ${answered} answered, ${lines(perch).filter((l) => l.msg === 'request').length} access lines`);
   assert.equal(torn.length, 0, `lines not JSON, the first: ${torn.slice(0, 2).join('\n')}`);
   assert.equal(answered, total);
   assert.equal(lines(perch).filter((l) => l.msg === 'request').length, answered);
