@@ -406,3 +406,19 @@ test('on Node older than 22.19 perch says which it needs and which it found, and
   const run = spawnSync(old, [MAIN, '--config', 'nowhere.yaml', '--check-config'], { encoding: 'utf8', timeout: 10_000 });
   assert.deepEqual([run.status, run.stdout, run.stderr], [2, '', `perch: perch needs Node 22.19 or later; this is ${version}\n`]);
 });
+
+test('a file made invalid and refused by SIGHUP does not stop a worker started after it: the primary hands over the running configuration', T, async (t) => {
+  const { perch, port, config } = await twoWorkers(t, sampleProvider);
+  writeFileSync(config, 'server: { port: "not a port" }\n');
+  perch.process.kill('SIGHUP');
+  await waitFor(() => lines(perch).filter((l) => l.msg === 'reload failed: keeping the running configuration').length === 2, 30_000);
+  const problems = lines(perch).filter((l) => l.msg === 'reload: configuration problem');
+  assert.ok(problems.length >= 1);
+  for (const line of problems) assert.equal(line.worker, 0, 'the primary read the file, once');
+  process.kill(workerPids(t, perch).get(2)!, 'SIGKILL');
+  await waitFor(() => lines(perch).filter((l) => l.msg === 'perch listening').length === 3, 30_000);
+  workerPids(t, perch);
+  for (let i = 0; i < 6; i++) assert.equal(await get(port, '/v1/users/1', KEY), 200);
+  perch.process.kill('SIGTERM');
+  assert.deepEqual(await perch.exited, { code: 0, signal: null });
+});
