@@ -6,8 +6,8 @@ import { healthCheck } from './health-check.js';
 import { heapPlan } from './app/heap-size.js';
 import { relaunch } from './app/relaunch.js';
 import { PERCH_VERSION } from './version.js';
-import { PrimaryLink } from './app/primary-link.js';
-import { supervise, WORKER_ENV, workersProblem } from './workers.js';
+import { primaryLink, WORKER_ENV } from './app/primary-link.js';
+import { supervise, workersProblem } from './workers.js';
 
 /** Exit status for an unusable configuration or command line, as `--check-config` documents. */
 const EXIT_CONFIG = 2;
@@ -28,17 +28,16 @@ async function main(): Promise<void> {
     process.exitCode = EXIT_CONFIG;
     return;
   }
-  const workerIndex = process.env[WORKER_ENV];
-  if (command.kind === 'serve' && workerIndex !== undefined && process.send !== undefined) {
+  const primary = primaryLink();
+  if (command.kind === 'serve' && primary !== undefined) {
     // A worker of `perch --workers`: the primary hands it the configuration, so that a worker
     // started again runs what the others run, whatever the file says by then.
-    const primary = new PrimaryLink();
     const { config, reloaded } = await primary.started;
     // The primary sized the heap before it forked: its flags and environment are the worker's.
     const heap = heapPlan(config, process.execArgv, process.env);
     if (heap.kind === 'relaunch') relaunch(heap.flags, heap.env);
     const { serve } = await import('./app/serve.js');
-    await serve(config, command.configPath, heap.settings, { index: Number(workerIndex), primary, ...(reloaded === undefined ? {} : { reloaded }) });
+    await serve(config, command.configPath, heap.settings, { index: Number(process.env[WORKER_ENV]), primary, ...(reloaded === undefined ? {} : { reloaded }) });
     return;
   }
   let config: Config;

@@ -1,12 +1,9 @@
 import { fork, type ChildProcess } from 'node:child_process';
-import { WORKER_READY, type PrimaryMessage } from './app/primary-link.js';
+import { WORKER_ENV, WORKER_READY, type PrimaryMessage } from './app/primary-link.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
 import type { Config } from './config/types.js';
 import { LineBatcher } from './logging/line-batcher.js';
 import { createLogger } from './logging/logger.js';
-
-/** Set in a worker's environment: which worker it is, from 1. */
-export const WORKER_ENV = 'PERCH_WORKER';
 
 /** A worker that dies is started again after this, doubled for each quick death in a row. */
 const FIRST_RESTART_MS = 100;

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { closeSync, constants, copyFileSync, openSync, readdirSync, readFileSync, readlinkSync, renameSync, writeFileSync, writeSync } from 'node:fs';
 import { Agent, request } from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -12,6 +12,7 @@ import { KEY, OTHER_KEY, waitFor } from './helpers/perch.js';
 import { freePort, MAIN, runCli, spawnPerch, within, type PerchProcess } from './helpers/perch-process.js';
 import { startRedis } from './helpers/redis-server.js';
 import { tempDir } from './helpers/temp-dir.js';
+import { selfSignedCertificate } from './helpers/tls-files.js';
 import { sampleProvider, startUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
 
 const T = { timeout: 60_000 };
@@ -421,4 +422,86 @@ test('a file made invalid and refused by SIGHUP does not stop a worker started a
   for (let i = 0; i < 6; i++) assert.equal(await get(port, '/v1/users/1', KEY), 200);
   perch.process.kill('SIGTERM');
   assert.deepEqual(await perch.exited, { code: 0, signal: null });
+});
+
+/** Whether `pid` has `path` open (a FIFO it is blocked reading, here). */
+function hasOpen(pid: number, path: string): boolean {
+  try {
+    return readdirSync(`/proc/${pid}/fd`).some((fd) => {
+      try {
+        return readlinkSync(`/proc/${pid}/fd/${fd}`) === path;
+      } catch {
+        return false;
+      }
+    });
+  } catch {
+    return false;
+  }
+}
+
+test('a SIGHUP or a Ctrl-C sent to every perch process (pkill, the process group) while workers start ends none of them', T, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const tls = await selfSignedCertificate(t);
+  // The certificate is a FIFO: each worker blocks reading it, in the middle of its start, until
+  // the test writes it. The primary never reads it.
+  const fifo = join(tls.dir, 'cert-fifo.pem');
+  execFileSync('mkfifo', [fifo]);
+  const port = await freePort();
+  const config = join(tempDir(t, 'perch-workers-'), 'perch.yaml');
+  writeFileSync(config, yaml(port, upstream.url, redis.url).replace('shutdown_grace_ms: 5000', `shutdown_grace_ms: 5000, tls: { cert_file: "${fifo}", key_file: "${tls.key}" }`));
+  // A process group of its own, as a terminal gives one.
+  const child = spawn(process.execPath, [MAIN, '--config', config, '--workers', '2'], { env: { PATH: process.env.PATH }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+  onCleanup(t, async () => {
+    try {
+      process.kill(-child.pid!, 'SIGKILL');
+    } catch {
+      // Gone already.
+    }
+    await exited;
+  });
+  let stdout = '';
+  child.stdout!.on('data', (d: Buffer) => (stdout += d.toString()));
+  child.stderr!.resume();
+  const perch = { process: child, url: '', exited, stdout: () => stdout, output: () => stdout };
+  await waitFor(() => lines(perch).filter((l) => l.msg === 'worker started').length === 2, 30_000);
+  const pids = workerPids(t, perch);
+  let writer = -1;
+  await waitFor(() => {
+    try {
+      writer = openSync(fifo, constants.O_WRONLY | constants.O_NONBLOCK);
+      return true;
+    } catch {
+      return false;
+    }
+  }, 30_000);
+  onCleanup(t, () => {
+    if (writer !== -1) closeSync(writer);
+  });
+  await waitFor(() => [...pids.values()].every((pid) => hasOpen(pid, fifo)), 30_000);
+
+  // Both workers are in their start now: what `pkill -HUP perch` and a Ctrl-C do to them.
+  for (let i = 0; i < 3; i++) process.kill(-child.pid!, 'SIGHUP');
+  for (const pid of pids.values()) process.kill(pid, 'SIGINT');
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  assert.deepEqual([...pids.values()].map(alive), [true, true], 'both workers still starting');
+
+  // The certificate arrives: a worker that read the FIFO's end rather than its text fails its start
+  // (status 1) and is started again on the file.
+  const copy = join(tls.dir, 'cert-copy.pem');
+  copyFileSync(tls.cert, copy);
+  renameSync(copy, fifo);
+  writeSync(writer, readFileSync(tls.cert));
+  closeSync(writer);
+  writer = -1;
+  await waitFor(() => new Set(lines(perch).filter((l) => l.msg === 'perch listening').map((l) => l.worker)).size === 2, 30_000);
+  workerPids(t, perch);
+  assert.deepEqual(
+    lines(perch).filter((l) => l.msg === 'worker exited: starting it again' && l.signal !== null),
+    [],
+    'no worker ended by a signal',
+  );
+  child.kill('SIGTERM');
+  assert.deepEqual(await exited, { code: 0, signal: null });
 });
