@@ -1,5 +1,6 @@
 import { fork, type ChildProcess } from 'node:child_process';
 import { WORKER_ENV, WORKER_READY, type PrimaryMessage } from './app/primary-link.js';
+import { LAST_LINES_MS } from './app/signals.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
 import type { Config } from './config/types.js';
 import { LineBatcher } from './logging/line-batcher.js';
@@ -79,7 +80,7 @@ export function supervise(config: Config, configPath: string, workers: number): 
   const startFailures = new Map<number, number>();
   const restarts = new Set<NodeJS.Timeout>();
   let reloaded: Config | undefined;
-  let stopping = false;
+  let stopping: NodeJS.Signals | undefined;
   let failed = false;
 
   const send = (child: ChildProcess, message: PrimaryMessage) => {
@@ -88,6 +89,14 @@ export function supervise(config: Config, configPath: string, workers: number): 
   };
   const finish = () => {
     self.info('perch stopped');
+    // A stdout nobody reads (a stalled pipe) never takes the last lines, and an exit would wait
+    // for the write stuck in it: past LAST_LINES_MS the primary ends by a signal instead, the
+    // stop's own when it stopped cleanly (as a process with no handler would), else SIGKILL.
+    setTimeout(() => {
+      process.off('SIGTERM', stop);
+      process.off('SIGINT', stop);
+      process.kill(process.pid, failed ? 'SIGKILL' : (stopping ?? 'SIGTERM'));
+    }, LAST_LINES_MS);
     self.flush(() => process.exit(failed ? 1 : 0));
   };
   const start = (index: number) => {
@@ -102,7 +111,7 @@ export function supervise(config: Config, configPath: string, workers: number): 
     child.on('error', (error) => log.error({ worker: index, err: error }, 'worker channel error'));
     send(child, reloaded === undefined ? { kind: 'start', config } : { kind: 'start', config, reloaded });
     // A stop it would miss while it starts: the worker keeps it until it serves, then drains.
-    if (stopping) send(child, { kind: 'stop' });
+    if (stopping !== undefined) send(child, { kind: 'stop' });
     child.on('message', (message: unknown) => {
       if ((message as typeof WORKER_READY | undefined)?.kind !== WORKER_READY.kind) return;
       slot.ready = true;
@@ -110,7 +119,7 @@ export function supervise(config: Config, configPath: string, workers: number): 
     });
     child.on('exit', (code, signal) => {
       slots.delete(index);
-      if (stopping) {
+      if (stopping !== undefined) {
         if (code !== 0) failed = true;
         if (slots.size === 0) finish();
         return;
@@ -138,7 +147,7 @@ export function supervise(config: Config, configPath: string, workers: number): 
   };
 
   const stop = (signal: NodeJS.Signals) => {
-    if (stopping) self.warn({ signal }, 'second stop signal: workers exit without waiting for requests');
+    if (stopping !== undefined) self.warn({ signal }, 'second stop signal: workers exit without waiting for requests');
     else {
       self.info({ signal, workers: slots.size }, 'perch stopping: draining in-flight requests');
       // A worker that cannot stop (stuck in its start, or ignoring its channel) does not hold
@@ -150,14 +159,14 @@ export function supervise(config: Config, configPath: string, workers: number): 
         }
       }, config.server.shutdown_grace_ms + KILL_AFTER_GRACE_MS);
     }
-    stopping = true;
+    stopping ??= signal;
     for (const timer of restarts) clearTimeout(timer);
     restarts.clear();
     if (slots.size === 0) return finish();
     for (const { child } of slots.values()) send(child, { kind: 'stop' });
   };
   const reload = () => {
-    if (stopping) return;
+    if (stopping !== undefined) return;
     let next: Config;
     try {
       next = loadConfigFile(configPath, process.env);

@@ -505,3 +505,31 @@ test('a SIGHUP or a Ctrl-C sent to every perch process (pkill, the process group
   child.kill('SIGTERM');
   assert.deepEqual(await exited, { code: 0, signal: null });
 });
+
+test('a stdout nobody reads does not hold the primary past the drain: SIGTERM ends it and every worker', T, async (t) => {
+  const { perch, port } = await twoWorkers(t, sampleProvider, [`{ id: alpha, key: "${KEY}", plan: big }`]);
+  const pids = workerPids(t, perch);
+  perch.process.stdout!.pause();
+  onCleanup(t, () => void perch.process.stdout!.resume());
+  // Far more than a pipe holds (64 KB): every process's next write blocks.
+  const agent = new Agent({ keepAlive: true, maxSockets: 16 });
+  onCleanup(t, () => agent.destroy());
+  const one = (i: number) =>
+    new Promise<void>((resolve, reject) => {
+      const req = request({ host: '127.0.0.1', port, path: `/v1/users/${i % 50}`, agent, headers: { 'x-api-key': KEY, 'user-agent': 'x'.repeat(300) } }, (res) => {
+        res.resume();
+        res.on('end', resolve);
+      });
+      req.on('error', reject);
+      req.end();
+    });
+  for (let i = 0; i < 1536; i += 64) await Promise.all(Array.from({ length: 64 }, (_, k) => one(i + k)));
+  perch.process.kill('SIGTERM');
+  const started = performance.now();
+  // shutdown_grace_ms 5000, then the workers still blocked on their log are killed (3 s), then
+  // the primary's last lines have LAST_LINES_MS.
+  const exit = await within(perch.exited, 10_000, 'the primary exits');
+  await allGone(pids.values(), 1000);
+  t.diagnostic(`primary gone ${Math.round(performance.now() - started)} ms after SIGTERM: ${JSON.stringify(exit)}`);
+  assert.deepEqual(exit, { code: null, signal: 'SIGKILL' }, 'workers had to be killed: a failed stop');
+});

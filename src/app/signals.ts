@@ -27,7 +27,7 @@ export interface SignalOptions {
  * pipe) never takes them, and an exit would wait for the write stuck in it: Node joins the thread
  * that writes before the process ends.
  */
-const LAST_LINES_MS = 500;
+export const LAST_LINES_MS = 500;
 
 /**
  * SIGTERM and SIGINT drain and exit 0 (1 if stopping failed); a second one exits at once (1), for
