@@ -76,7 +76,7 @@ async function main(): Promise<void> {
   const heap = heapPlan(config, process.execArgv, process.env);
   if (heap.kind === 'relaunch') relaunch(heap.flags, heap.env);
   if (command.workers > 1) {
-    supervise(config, command.configPath, command.workers);
+    await supervise(config, command.configPath, command.workers);
     return;
   }
   // Loaded only here: the process that relaunches never loads the server.

@@ -1,4 +1,5 @@
 import { fork, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
 import { WORKER_ENV, WORKER_READY, type PrimaryMessage } from './app/primary-link.js';
 import { LAST_LINES_MS } from './app/signals.js';
 import { ConfigError, loadConfigFile } from './config/load.js';
@@ -70,11 +71,17 @@ interface Slot {
  * both from here alone (app/signals.ts), and the primary exits once the last worker has, 0 when
  * every one stopped cleanly.
  */
-export function supervise(config: Config, configPath: string, workers: number): void {
+export async function supervise(config: Config, configPath: string, workers: number): Promise<void> {
   // The primary's own lines say worker 0; its lines about a worker name that worker instead, so
   // no line carries the key twice.
   const log = createLogger(config.log, new LineBatcher(1, { atomicLines: true }));
   const self = log.child({ worker: 0 });
+  const taken = config.server.reuse_port ? undefined : await portTaken(config.server.port, config.server.host);
+  if (taken !== undefined) {
+    self.fatal(`perch could not start: ${taken}`);
+    self.flush(() => process.exit(1));
+    return;
+  }
   const slots = new Map<number, Slot>();
   const quickDeaths = new Map<number, number>();
   const startFailures = new Map<number, number>();
@@ -184,4 +191,21 @@ export function supervise(config: Config, configPath: string, workers: number): 
   process.on('SIGINT', stop);
   process.on('SIGHUP', reload);
   for (let index = 1; index <= workers; index++) start(index);
+}
+
+/**
+ * Why the port is not free, or undefined. The workers bind it with SO_REUSEPORT, which a port
+ * held by another process that set it too (another `perch --workers` started by mistake, or
+ * leftover) accepts without a word: the kernel would then spread connections over both fleets.
+ * So the primary first binds it without, which any holder refuses, and lets it go.
+ */
+function portTaken(port: number, host: string): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    const probe = createServer();
+    // Any other refusal (a port below 1024, an address not on this host) every worker would meet.
+    probe.once('error', (error: NodeJS.ErrnoException) =>
+      resolve(error.code === 'EADDRINUSE' ? `${error.message}: another process serves it (another perch --workers?); server.reuse_port: true shares it on purpose` : error.message),
+    );
+    probe.listen({ port, host, exclusive: true }, () => probe.close(() => resolve(undefined)));
+  });
 }

@@ -533,3 +533,20 @@ test('a stdout nobody reads does not hold the primary past the drain: SIGTERM en
   t.diagnostic(`primary gone ${Math.round(performance.now() - started)} ms after SIGTERM: ${JSON.stringify(exit)}`);
   assert.deepEqual(exit, { code: null, signal: 'SIGKILL' }, 'workers had to be killed: a failed stop');
 });
+
+test('a port another process holds with SO_REUSEPORT (another perch --workers) ends perch --workers at start, naming the port', T, async (t) => {
+  // What the workers of a fleet already running hold: the port, with SO_REUSEPORT.
+  const holder = createServer();
+  await new Promise<void>((resolve) => holder.listen({ port: 0, host: '127.0.0.1', reusePort: true }, resolve));
+  onCleanup(t, () => new Promise<void>((resolve) => holder.close(() => resolve())));
+  const port = (holder.address() as AddressInfo).port;
+  const config = join(tempDir(t, 'perch-workers-'), 'perch.yaml');
+  writeFileSync(config, yaml(port, 'http://127.0.0.1:9', 'redis://127.0.0.1:9'));
+  const run = await within(runCli(t, ['--config', config, '--workers', '2']), 10_000, 'perch --workers on a taken port exits');
+  const fatal = run.stdout.split('\n').filter((line) => line.includes('"level":60')).map((line) => JSON.parse(line));
+  assert.deepEqual(
+    [run.code, fatal.map((line) => [line.worker, line.msg])],
+    [1, [[0, `perch could not start: listen EADDRINUSE: address already in use 127.0.0.1:${port}: another process serves it (another perch --workers?); server.reuse_port: true shares it on purpose`]]],
+  );
+  assert.equal(run.stdout.includes('worker started'), false, 'no worker forked');
+});
