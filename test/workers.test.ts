@@ -391,7 +391,8 @@ function repeatedKeys(line: string): string[] {
 test('on Node older than 22.19 perch says which it needs and which it found, and exits 2', T, async (t) => {
   assert.equal(nodeVersionProblem('v20.20.2'), 'perch needs Node 22.19 or later; this is v20.20.2');
   assert.equal(nodeVersionProblem('v22.18.0'), 'perch needs Node 22.19 or later; this is v22.18.0');
-  for (const fine of ['v22.19.0', 'v22.20.1', 'v24.0.0', 'v26.1.0']) assert.equal(nodeVersionProblem(fine), undefined);
+  assert.equal(nodeVersionProblem('v23.10.0'), 'perch needs Node 22.19 or later, and 23.11 or later on Node 23; this is v23.10.0');
+  for (const fine of ['v22.19.0', 'v22.20.1', 'v23.11.0', 'v23.11.1', 'v24.0.0', 'v26.1.0', 'v27.0.0']) assert.equal(nodeVersionProblem(fine), undefined);
   const old = '/usr/bin/node';
   let version: string;
   try {
