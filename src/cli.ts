@@ -5,7 +5,8 @@ import { parseArgs } from 'node:util';
 export type Command =
   /** `workers`: perch processes to run on the one port (`--workers`), 1 without the flag. */
   | { readonly kind: 'serve'; readonly configPath: string; readonly workers: number }
-  | { readonly kind: 'check'; readonly configPath: string }
+  /** `workers`: the `--workers` it is checked for (the ports they take), 1 without the flag. */
+  | { readonly kind: 'check'; readonly configPath: string; readonly workers: number }
   | { readonly kind: 'health_check'; readonly configPath: string }
   | { readonly kind: 'help' }
   | { readonly kind: 'version' }
@@ -17,7 +18,7 @@ export const USAGE = `Usage: perch [--config FILE] [--workers N | --check-config
   --workers N       serve with N perch processes sharing the port (auto: one per core);
                     they share the cache and the limits through Redis, which this needs
   --check-config    validate the configuration and read the files it names, print every
-                    problem, exit 0 or 2
+                    problem, exit 0 or 2; with --workers N, also what N workers need
   --health-check    GET /healthz on the configured listener, exit 0 when it answers 200, else 1
   --version         print perch's version and node's
   --help            show this text`;
@@ -51,13 +52,13 @@ export function parseCommand(argv: readonly string[], env: NodeJS.ProcessEnv): C
   if (configPath === undefined || configPath === '') {
     return { kind: 'usage_error', message: 'no configuration: pass --config FILE or set PERCH_CONFIG' };
   }
-  if (values.workers !== undefined && (values['check-config'] === true || values['health-check'] === true)) {
-    return { kind: 'usage_error', message: '--workers goes with serving, not with --check-config or --health-check' };
+  if (values.workers !== undefined && values['health-check'] === true) {
+    return { kind: 'usage_error', message: '--workers goes with serving or --check-config, not with --health-check' };
   }
   if (values['health-check'] === true) return { kind: 'health_check', configPath };
-  if (values['check-config'] === true) return { kind: 'check', configPath };
   const workers = values.workers === undefined ? 1 : workerCount(values.workers);
   if (workers === undefined) return { kind: 'usage_error', message: `--workers takes a whole number from 1 to ${MAX_WORKERS} or auto, not ${JSON.stringify(values.workers)}` };
+  if (values['check-config'] === true) return { kind: 'check', configPath, workers };
   return { kind: 'serve', configPath, workers };
 }
 

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { test, type TestContext } from 'node:test';
 import { createAccessLog, type AccessFields } from '../src/logging/access-log.js';
-import { LineBatcher } from '../src/logging/line-batcher.js';
+import { LineBatcher, PIPE_BUF, wholeLines } from '../src/logging/line-batcher.js';
 import { waitFor } from './helpers/perch.js';
 import { createLogger } from '../src/logging/logger.js';
 import { onCleanup } from './helpers/cleanup.js';
@@ -130,4 +130,35 @@ test('the line batcher writes a batch that a long line ended at once, not at its
   t.mock.timers.reset();
   await new Promise<void>((resolve) => batcher.flush(() => resolve()));
   assert.equal(statSync(file).size, lines * line.length);
+});
+
+test('wholeLines cuts batches into whole lines of at most PIPE_BUF bytes; a longer line goes alone', { timeout: 5000 }, () => {
+  const long = `${'y'.repeat(5000)}\n`;
+  const lines = Array.from({ length: 40 }, (_, i) => `{"n":${i},"pad":"${'x'.repeat(300)}"}\n`);
+  const batch = Buffer.from(lines.join('') + long + lines.slice(0, 3).join(''));
+  const pieces = wholeLines([batch, Buffer.from(lines[0]!)], PIPE_BUF);
+  assert.equal(Buffer.concat(pieces).toString(), batch.toString() + lines[0]);
+  for (const piece of pieces) {
+    assert.equal(piece.at(-1), 0x0a, 'each piece ends a line');
+    if (piece.length > PIPE_BUF) assert.equal(piece.toString(), long);
+  }
+  assert.deepEqual(
+    pieces.map((p) => p.length),
+    // Lines of 317 and 318 bytes: twelve to a piece, then the rest before the long line.
+    [3806, 3816, 3816, 1272, 5001, 951, 317],
+  );
+});
+
+test('the line batcher with atomicLines writes every line, in order, in writes of whole lines', { timeout: 5000 }, async (t) => {
+  const { file, fd } = tempLogFile(t);
+  const batcher = new LineBatcher(fd, { atomicLines: true });
+  const expected: string[] = [];
+  for (let i = 0; i < 5000; i++) {
+    const line = `{"n":${i},"pad":"${'x'.repeat(i % 50)}é"}\n`;
+    expected.push(line);
+    batcher.write(line);
+  }
+  batcher.write(`${'z'.repeat(9000)}\n`);
+  await new Promise<void>((resolve) => batcher.flush(() => resolve()));
+  assert.equal(readFileSync(file, 'utf8'), `${expected.join('')}${'z'.repeat(9000)}\n`);
 });

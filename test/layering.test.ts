@@ -12,7 +12,7 @@ const SRC = fileURLToPath(new URL('../../src/', import.meta.url));
  * above. ARCHITECTURE.md draws the same stack; a new folder must be placed here to be allowed.
  */
 const LAYERS: readonly (readonly string[])[] = [
-  ['clock', 'timers', 'endpoints', 'errors', 'bytes', 'header-list', 'version', 'url-table'],
+  ['clock', 'timers', 'endpoints', 'errors', 'bytes', 'header-list', 'version', 'url-table', 'node-version'],
   ['config'],
   ['schemas', 'openapi'],
   ['logging'],
@@ -26,7 +26,7 @@ const LAYERS: readonly (readonly string[])[] = [
   ['server'],
   ['admin'],
   ['app'],
-  ['main', 'cli', 'health-check', 'workers'],
+  ['main', 'command', 'cli', 'health-check', 'workers'],
 ];
 
 /** A source file's unit: its top folder under src/, or its own name for a file at the top. */

@@ -194,8 +194,8 @@ export function createPerch(options: PerchOptions): Perch {
 
 /**
  * `reusePort`: SO_REUSEPORT, so that other processes may bind the same port and the kernel
- * spreads connections over them. `exclusive`: in a worker of node:cluster the server binds the
- * port itself rather than sharing the primary's socket, so no primary sits in the request path.
+ * spreads connections over them (each worker of `perch --workers` binds the port itself this way).
+ * `exclusive`: never share a socket through a node:cluster primary.
  */
 function bind(server: Server, port: number, host: string, reusePort: boolean): Promise<AddressInfo> {
   return new Promise((resolve, reject) => {

@@ -1,7 +1,9 @@
 import { ConfigError, loadConfigFile } from '../config/load.js';
 import type { LineBatcher } from '../logging/line-batcher.js';
 import type { Logger } from '../logging/logger.js';
+import type { Config } from '../config/types.js';
 import type { Perch } from './perch.js';
+import type { PrimaryLink } from './primary-link.js';
 
 export interface SignalOptions {
   readonly perch: Perch;
@@ -11,24 +13,21 @@ export interface SignalOptions {
   readonly env: NodeJS.ProcessEnv;
   /**
    * A worker of `perch --workers`: stops and reloads come from the primary (workers.ts) as
-   * messages, and the signals themselves are ignored. A terminal's Ctrl-C reaches the whole
-   * process group, so a worker that heeded it and the primary's word would see a second stop.
-   * A primary gone (its channel closed) is a stop.
+   * messages, and the signals themselves are ignored while the primary is there. A terminal's
+   * Ctrl-C reaches the whole process group, so a worker that heeded it and the primary's word
+   * would see a second stop. A primary gone (its channel closed) is a stop: the worker drains;
+   * from then on it heeds SIGTERM and SIGINT as a single perch does, the first one adding nothing
+   * to the drain under way, a second ending it at once.
    */
-  readonly fromPrimary?: boolean;
+  readonly primary?: PrimaryLink;
 }
-
-/** What the primary of `perch --workers` sends its workers, and a worker's word that it listens for them. */
-export const WORKER_STOP = 'perch:stop';
-export const WORKER_RELOAD = 'perch:reload';
-export const WORKER_READY = 'perch:ready';
 
 /**
  * How long a second stop signal waits for the log's last lines. A stdout nobody reads (a stalled
  * pipe) never takes them, and an exit would wait for the write stuck in it: Node joins the thread
  * that writes before the process ends.
  */
-const LAST_LINES_MS = 500;
+export const LAST_LINES_MS = 500;
 
 /**
  * SIGTERM and SIGINT drain and exit 0 (1 if stopping failed); a second one exits at once (1), for
@@ -38,21 +37,13 @@ const LAST_LINES_MS = 500;
  * problems changes nothing and each problem is logged.
  */
 export function handleSignals(options: SignalOptions): void {
-  const { perch, logger } = options;
+  const { perch, logger, primary } = options;
   let stopping = false;
-  const stop = (signal: NodeJS.Signals) => {
-    if (stopping) {
-      logger.warn({ signal }, 'second stop signal: exiting without waiting for requests');
-      setTimeout(() => {
-        process.off('SIGTERM', stop);
-        process.off('SIGINT', stop);
-        process.kill(process.pid, signal);
-      }, LAST_LINES_MS);
-      logger.flush(() => process.exit(1));
-      return;
-    }
+  let asked = 0;
+  const drain = (reason: string) => {
+    if (stopping) return;
     stopping = true;
-    logger.info({ signal }, 'perch stopping: draining in-flight requests');
+    logger.info({ signal: reason }, 'perch stopping: draining in-flight requests');
     perch.close().then(
       () => {
         logger.info('perch stopped');
@@ -64,24 +55,45 @@ export function handleSignals(options: SignalOptions): void {
       },
     );
   };
-  const reloadUnlessStopping = () => {
-    if (!stopping) reload(options);
+  const now = (signal: NodeJS.Signals) => {
+    logger.warn({ signal }, 'second stop signal: exiting without waiting for requests');
+    setTimeout(() => {
+      process.off('SIGTERM', onSignal);
+      process.off('SIGINT', onSignal);
+      process.kill(process.pid, signal);
+    }, LAST_LINES_MS);
+    logger.flush(() => process.exit(1));
   };
-  if (options.fromPrimary === true) {
-    for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => undefined);
-    process.on('message', (message: unknown) => {
-      if (message === WORKER_STOP) stop('SIGTERM');
-      else if (message === WORKER_RELOAD) reloadUnlessStopping();
+  /** A stop asked for (a signal, or the primary's word): the first drains, a second ends at once. */
+  const stop = (signal: NodeJS.Signals) => {
+    if (++asked > 1) now(signal);
+    else drain(signal);
+  };
+  function onSignal(signal: NodeJS.Signals) {
+    if (primary === undefined || !primary.connected) stop(signal);
+  }
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+  if (primary === undefined) {
+    process.on('SIGHUP', () => {
+      if (!stopping) reload(options, () => loadConfigFile(options.configPath, options.env));
     });
-    process.on('disconnect', () => {
-      if (!stopping) stop('SIGTERM');
-    });
-    process.send!(WORKER_READY);
     return;
   }
-  process.on('SIGTERM', stop);
-  process.on('SIGINT', stop);
-  process.on('SIGHUP', reloadUnlessStopping);
+  process.on('SIGHUP', () => undefined);
+  primary.attach({
+    reload: (config) => {
+      if (!stopping) reload(options, () => config);
+    },
+    reloadFailed: () => {
+      if (stopping) return;
+      perch.reloadFailed();
+      logger.error({ config: options.configPath }, 'reload failed: keeping the running configuration');
+    },
+    stop: () => stop('SIGTERM'),
+    orphaned: () => drain('primary_gone'),
+  });
+  primary.ready();
 }
 
 /**
@@ -99,9 +111,9 @@ export function exitOnCrash(logger: Logger, sink: LineBatcher): void {
   });
 }
 
-function reload({ perch, logger, configPath, env }: SignalOptions): void {
+function reload({ perch, logger, configPath }: SignalOptions, load: () => Config): void {
   try {
-    perch.reload(loadConfigFile(configPath, env));
+    perch.reload(load());
     logger.info({ config: configPath }, 'configuration reloaded');
   } catch (error) {
     perch.reloadFailed();

@@ -8,6 +8,22 @@ const MAX_DELAY_MS = 100;
 const MAX_PENDING_BYTES = 16 * 1024 * 1024;
 /** Batch buffers kept for reuse once written, so steady logging allocates none. */
 const SPARE_BUFFERS = 4;
+/**
+ * The most a write(2) to a pipe may carry and still be atomic (POSIX PIPE_BUF, 4096 on Linux):
+ * such a write lands whole or, on a full non-blocking pipe, not at all. A Unix socket (what a
+ * process manager often gives as stdout) takes a write this small in one piece too.
+ */
+export const PIPE_BUF = 4096;
+
+export interface LineBatcherOptions {
+  /**
+   * Each write(2) carries whole lines and at most PIPE_BUF bytes (a longer line goes alone), for
+   * processes that share one stdout (`perch --workers`): a 64 KB write to a pipe that backs up
+   * is taken in parts, and another process's lines land between them, splicing lines. Costs a
+   * write per 4 KB rather than per batch.
+   */
+  readonly atomicLines?: boolean;
+}
 
 /**
  * The log's way to a file descriptor: each line is encoded straight into a 64 KB buffer, and full
@@ -37,9 +53,11 @@ export class LineBatcher {
    */
   #retry: NodeJS.Timeout | undefined;
   #waiters: (() => void)[] = [];
+  readonly #atomicLines: boolean;
 
-  constructor(fd: number) {
+  constructor(fd: number, options: LineBatcherOptions = {}) {
     this.#fd = fd;
+    this.#atomicLines = options.atomicLines === true;
   }
 
   /** Takes one complete line (with its newline), as pino hands them. */
@@ -124,7 +142,7 @@ export class LineBatcher {
     const taken = this.#full;
     this.#full = [];
     this.#pendingBytes = 0;
-    return taken;
+    return this.#atomicLines ? wholeLines(taken, PIPE_BUF) : taken;
   }
 
   #start(): void {
@@ -140,7 +158,7 @@ export class LineBatcher {
 
   /** `batch`: every buffer of this write, returned to the spares once all of it is written. */
   #writeAll(buffers: Buffer[], batch: readonly Buffer[]): void {
-    writev(this.#fd, buffers, null, (error, written) => {
+    writev(this.#fd, this.#atomicLines ? buffers.slice(0, 1) : buffers, null, (error, written) => {
       if (error !== null) {
         // A non-blocking pipe that is full: try again shortly. Anything else loses this batch,
         // said once on stderr, since the log itself is what failed.
@@ -161,7 +179,8 @@ export class LineBatcher {
         }
       }
       for (const buffer of batch) {
-        if (buffer.buffer.byteLength === BATCH_BYTES && this.#spares.length < SPARE_BUFFERS) this.#spares.push(Buffer.from(buffer.buffer, buffer.byteOffset, BATCH_BYTES));
+        // A batch cut into pieces comes back once, by its first piece.
+        if (buffer.byteOffset === 0 && buffer.buffer.byteLength === BATCH_BYTES && this.#spares.length < SPARE_BUFFERS) this.#spares.push(Buffer.from(buffer.buffer, buffer.byteOffset, BATCH_BYTES));
       }
       this.#writing = false;
       if (this.#full.length > 0 || (this.#used > 0 && this.#waiters.length > 0)) this.#start();
@@ -188,6 +207,26 @@ export class LineBatcher {
     this.#waiters = [];
     for (const done of waiters) done();
   }
+}
+
+/**
+ * `buffers` (each whole lines) cut into pieces of whole lines of at most `max` bytes; a line
+ * longer than `max` is a piece by itself. Pieces are views: nothing is copied.
+ */
+export function wholeLines(buffers: readonly Buffer[], max: number): Buffer[] {
+  const pieces: Buffer[] = [];
+  for (const buffer of buffers) {
+    let at = 0;
+    while (buffer.length - at > max) {
+      let end = buffer.lastIndexOf(0x0a, at + max - 1);
+      if (end < at) end = buffer.indexOf(0x0a, at + max);
+      if (end === -1) end = buffer.length - 1;
+      pieces.push(buffer.subarray(at, end + 1));
+      at = end + 1;
+    }
+    if (at < buffer.length) pieces.push(buffer.subarray(at));
+  }
+  return pieces;
 }
 
 /** What a `writev` of `buffers` left unwritten after writing `written` bytes. */
