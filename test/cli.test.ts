@@ -226,3 +226,32 @@ function freePort(): Promise<number> {
     });
   });
 }
+
+test('--check-config refuses a nested default, a secret left a placeholder, and a client key that is a provider credential', T, async (t) => {
+  const secret = 'shared-secret-0123456789';
+  const path = writeConfig(t, `
+auth:
+  keys:
+    - { id: alpha, key: "\${ALPHA_KEY:-\${FALLBACK_ALPHA_KEY}}", plan: p }
+    - { id: beta, key: "$\${BETA_KEY_PLACEHOLDER}", plan: p }
+    - { id: gamma, key: "${secret}", plan: p }
+rate_limits: { p: { capacity: 10, refill_per_second: 1 } }
+upstreams:
+  one: { kind: v1, url: "http://127.0.0.1:9", headers: { X-API-Key: "\${PROVIDER_KEY:-\${PROVIDER_KEY_DEFAULT}}" } }
+  two: { kind: v1, url: "http://127.0.0.1:9", credentials: [ { id: c1, headers: { X-API-Key: "${secret}" } } ] }
+  three: { kind: v1, url: "http://127.0.0.1:9", headers: { X-API-Key: "$\${PROVIDER_KEY}" } }
+routes: { user: [one] }
+`);
+  const result = await run(t, ['--check-config', '--config', path], { FALLBACK_ALPHA_KEY: 'fallback-secret-0123456789' });
+  assert.equal(result.code, 2, result.stderr);
+  for (const expected of [
+    'auth.keys[0].key: "${" inside a reference or its default is not supported',
+    'auth.keys[1].key: still looks like a "${...}" placeholder after substitution',
+    'upstreams.one.headers.X-API-Key: "${" inside a reference or its default is not supported',
+    'upstreams.three.headers.X-API-Key: still looks like a "${...}" placeholder after substitution',
+    'upstreams.two.credentials[0].headers.X-API-Key: is the same secret as auth.keys[2] (a client key',
+  ]) {
+    assert.ok(result.stderr.includes(expected), `missing "${expected}" in:\n${result.stderr}`);
+  }
+  assert.ok(!result.stderr.includes(secret) && !result.stderr.includes('fallback-secret'), result.stderr);
+});

@@ -50,6 +50,10 @@ function digestOf(problems: Problems, entry: KeyEntry, path: string): { digest: 
       problems.add(at, 'must be at least 16 characters (a shorter secret is guessable)');
       return undefined;
     }
+    if (looksLikePlaceholder(entry.key)) {
+      problems.add(at, 'still looks like a "${...}" placeholder after substitution (a variable left unset, or a "$${" that was meant as one)');
+      return undefined;
+    }
     return { digest: createHash('sha256').update(entry.key).digest('hex'), path: at };
   }
   const at = childPath(path, 'sha256');
@@ -58,4 +62,13 @@ function digestOf(problems: Problems, entry: KeyEntry, path: string): { digest: 
     return undefined;
   }
   return { digest: entry.sha256!.toLowerCase(), path: at };
+}
+
+/** A secret that still holds `${NAME}` after substitution is a reference that did not resolve. */
+export function looksLikePlaceholder(secret: string): boolean {
+  return /\$\{[^}]*\}?/.test(secret);
+}
+
+export function sha256Hex(secret: string): string {
+  return createHash('sha256').update(secret).digest('hex');
 }

@@ -1,6 +1,6 @@
 import { ENDPOINT_NAMES, type EndpointName } from '../endpoints.js';
 import { OPERATIONAL_PATHS } from '../url-table.js';
-import { resolveKeys, type SecretsSeen } from './rules-keys.js';
+import { resolveKeys, sha256Hex, type SecretsSeen } from './rules-keys.js';
 import { checkRedis } from './rules-redis.js';
 import { checkTracing } from './rules-tracing.js';
 import { checkBatchWindows, resolveUpstream } from './rules-upstreams.js';
@@ -49,6 +49,7 @@ export function applyRules(problems: Problems, file: FileConfig, raw: Record<str
       resolveUpstream(problems, up, isMapping(rawUpstreams) ? field(rawUpstreams, name) : undefined, childPath('upstreams', name), auth.mode === 'upstream'),
     ]),
   );
+  checkCredentialsAgainstKeys(problems, file.upstreams, upstreams, secrets);
   checkBatchWindows(problems, upstreams, server.miss_deadline_ms);
   if (file.cache.redis !== undefined) checkRedis(problems, file.cache.redis, 'cache.redis');
   if (file.rate_limits_redis !== undefined) checkRedis(problems, file.rate_limits_redis, 'rate_limits_redis');
@@ -145,4 +146,26 @@ function checkMetricsPath(problems: Problems, path: string): void {
   // The API lives under /v1/; a metrics path there would shadow an endpoint.
   else if (path.startsWith('/v1/')) problems.add('metrics.path', 'must not start with "/v1/" (the API uses that prefix)');
   else if (RESERVED_PATHS.includes(path)) problems.add('metrics.path', `must not be ${path} (perch serves that itself)`);
+}
+
+/**
+ * A client or admin key that is also a provider credential would hand the provider's secret to
+ * whoever holds that key (and the other way round). Messages name both paths, never the secret.
+ */
+function checkCredentialsAgainstKeys(problems: Problems, files: FileConfig['upstreams'], upstreams: Readonly<Record<string, UpstreamConfig>>, secrets: SecretsSeen): void {
+  if (secrets.size === 0) return;
+  for (const [name, up] of Object.entries(upstreams)) {
+    if (up.kind === 'fixture') continue;
+    const file = files[name] as { credentials?: unknown } | undefined;
+    const base = childPath('upstreams', name);
+    up.credentials.forEach((credential, i) => {
+      const at = file?.credentials === undefined ? base : indexPath(childPath(base, 'credentials'), i);
+      for (const [header, value] of Object.entries(credential.headers)) {
+        const bearer = header === 'Authorization' && up.kind === 'x_v2' && value.startsWith('Bearer ');
+        const secret = bearer ? value.slice('Bearer '.length) : value;
+        const key = secrets.get(sha256Hex(secret));
+        if (key !== undefined) problems.add(bearer ? childPath(at, 'bearer_token') : childPath(childPath(at, 'headers'), header), `is the same secret as ${key} (a client key must never be a provider credential)`);
+      }
+    });
+  }
 }
