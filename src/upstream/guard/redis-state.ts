@@ -433,7 +433,8 @@ export class RedisProviderState implements ProviderState {
     // command timeout) rather than report an outage that is not one.
     if (!this.#everReady && !this.#connectionFailed) await this.#awaitFirstConnection();
     const base = this.upstreamKey(query.upstream);
-    const per = stopKeysFor('x', query.scope).length;
+    // Every candidate of one call has stop keys of one form (configured ids, or a client's own key).
+    const per = stopKeysFor(query.candidates[0] ?? 'x', query.scope).length;
     const stopKeys = query.candidates.flatMap((c) => stopKeysFor(c, query.scope).map(([cr, sc]) => `${base}:stop:${cr}:${sc}`));
     const keys = [`${base}:bucket`, `${base}:recent`, `${base}:quota`, `${base}:leases`, `${base}:fair`, `${base}:fairq`, `${base}:fairlive`, ...stopKeys];
     const { rate, quota, maxConcurrent } = query.cap;
