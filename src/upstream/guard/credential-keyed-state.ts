@@ -20,11 +20,14 @@ export function credentialFingerprint(credential: CredentialConfig): string {
  * the same id (a changed file and a SIGHUP, a new environment and a restart) starts with no stop
  * of the old one, in memory and in Redis alike. Everything above keeps seeing the id. Ids that
  * are not configured (a client's own key with pass-through auth) and `ANY` pass unchanged.
+ * Endpoints the provider counts in one window (`sharedWindows`: endpoint -> the endpoint whose
+ * window it spends) share one stop: a stop learned on either holds both.
  */
-export function keyStopsBySecret(state: ProviderState, credentials: readonly CredentialConfig[]): ProviderState {
+export function keyStopsBySecret(state: ProviderState, credentials: readonly CredentialConfig[], sharedWindows: Readonly<Record<string, string>> = {}): ProviderState {
   const keyed = new Map(credentials.map((c) => [c.id, `${c.id}${FINGERPRINT_SEPARATOR}${credentialFingerprint(c)}`]));
   const ids = new Map([...keyed].map(([id, key]) => [key, id]));
   const toKey = (id: string) => keyed.get(id) ?? id;
+  const toScope = (scope: string) => sharedWindows[scope] ?? scope;
   const toId = (admission: Admission): Admission =>
     admission.kind === 'admitted' ? { ...admission, credential: ids.get(admission.credential) ?? admission.credential } : admission;
 
@@ -32,13 +35,13 @@ export function keyStopsBySecret(state: ProviderState, credentials: readonly Cre
     spend: (query) => state.spend(query),
     refund: (query, spent) => state.refund(query, spent),
     admit(query: AdmitQuery) {
-      const admission = state.admit({ ...query, candidates: query.candidates.map(toKey) });
+      const admission = state.admit({ ...query, scope: toScope(query.scope), candidates: query.candidates.map(toKey) });
       return admission instanceof Promise ? admission.then(toId) : toId(admission);
     },
     withdraw: (upstream, payer) => state.withdraw(upstream, payer),
     finish: (upstream, leaseId) => state.finish(upstream, leaseId),
-    stop: (stop: Stop) => state.stop({ ...stop, credential: toKey(stop.credential) }),
-    lift: (upstream: string, credential: string, scope: string, stopState: StopState) => state.lift(upstream, toKey(credential), scope, stopState),
+    stop: (stop: Stop) => state.stop({ ...stop, credential: toKey(stop.credential), scope: toScope(stop.scope) }),
+    lift: (upstream: string, credential: string, scope: string, stopState: StopState) => state.lift(upstream, toKey(credential), toScope(scope), stopState),
     claim: (upstream, what, ttlMs) => state.claim(upstream, what, ttlMs),
     exchange: (report) => state.exchange(report),
     // The state is the app's, shared by every upstream: closing is its owner's business.
