@@ -255,3 +255,18 @@ routes: { user: [one] }
   }
   assert.ok(!result.stderr.includes(secret) && !result.stderr.includes('fallback-secret'), result.stderr);
 });
+
+test('--check-config refuses a plan whose bucket would take more than 15 digits of seconds to fill', T, async (t) => {
+  const path = writeConfig(t, `
+auth: { keys: [ { id: a, key: "0123456789abcdef0123", plan: tiny }, { id: b, key: "0123456789abcdef0124", plan: slow } ] }
+rate_limits:
+  tiny: { capacity: 1, refill_per_second: 1e-300 }
+  slow: { capacity: 2, refill_per_second: 2e-15 }
+upstreams: { demo: { kind: fixture } }
+`);
+  const result = await run(t, ['--check-config', '--config', path]);
+  assert.equal(result.code, 2, result.stderr);
+  for (const plan of ['tiny', 'slow']) {
+    assert.ok(result.stderr.includes(`rate_limits.${plan}.refill_per_second: must be at least capacity / 999990000000000`), result.stderr);
+  }
+});

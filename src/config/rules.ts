@@ -38,6 +38,7 @@ export function applyRules(problems: Problems, file: FileConfig, raw: Record<str
   // References are checked only against a usable section: a missing, broken or empty one is
   // already reported, and repeating that for every reference would bury the report.
   const plans = usable(file.rate_limits);
+  checkPlanWaits(problems, file.rate_limits);
   const secrets: SecretsSeen = new Map();
   const auth = resolveAuth(problems, file.auth, field(raw, 'auth'), plans, secrets);
   const admin = file.admin === undefined ? undefined : resolveAdmin(problems, file.admin, secrets);
@@ -101,6 +102,30 @@ function resolveAuth(problems: Problems, auth: FileConfig['auth'], raw: unknown,
 
 /** The largest integer a Structured Field carries (RFC 8941: 15 digits), and so `Retry-After`. */
 const MAX_WAIT_SECONDS = 999_999_999_999_999;
+
+/**
+ * The longest a plan's bucket may take to fill: `x-rate-limit-reset` adds it to the epoch seconds
+ * (10 digits until the year 2286), and the sum must still be an integer of at most 15 digits.
+ */
+const MAX_FILL_SECONDS = MAX_WAIT_SECONDS - 9_999_999_999;
+
+/**
+ * A plan's answers carry `Retry-After` (one token: `1 / refill_per_second`), `RateLimit`'s `t`
+ * (the bucket full: `capacity / refill_per_second`) and `x-rate-limit-reset` (now plus that):
+ * each must stay an integer a client can parse. `refill_per_second: 1e-300` answered
+ * `Retry-After: 9.999999999999999e+299`.
+ */
+function checkPlanWaits(problems: Problems, plans: FileConfig['rate_limits']): void {
+  for (const [name, plan] of Object.entries(plans)) {
+    if (!(plan.capacity >= 1 && plan.refill_per_second > 0)) continue;
+    if (Math.ceil(plan.capacity / plan.refill_per_second) > MAX_FILL_SECONDS) {
+      problems.add(
+        childPath(childPath('rate_limits', name), 'refill_per_second'),
+        `must be at least capacity / ${MAX_FILL_SECONDS} (the bucket fills in at most ${MAX_FILL_SECONDS} seconds, so Retry-After, RateLimit and x-rate-limit-reset stay integers of at most 15 digits)`,
+      );
+    }
+  }
+}
 
 /**
  * A verification 429 asks the client to wait one token of the bucket that refused it, `1 / rate`

@@ -164,7 +164,7 @@ const SEE_SHARING = '(see [Sharing the provider](provider.md#sharing-the-provide
 const plan = obj(
   {
     capacity: int({ min: 1, required: true, doc: 'token-bucket size: requests allowed at once (positive integer)' }),
-    refill_per_second: num({ min: 0, max: Number.MAX_VALUE, aboveMin: true, required: true, expected: 'a positive number', doc: 'tokens added per second (positive number)' }),
+    refill_per_second: num({ min: 0, max: Number.MAX_VALUE, aboveMin: true, required: true, expected: 'a positive number', doc: 'tokens added per second (positive number, at least `capacity / 999990000000000`, so that `Retry-After`, `RateLimit` and `x-rate-limit-reset` stay integers of at most 15 digits)' }),
     cost_of_hit: int({ min: 0, max: 1, values: [0, 1], default: 1, expected: '0 or 1', doc: 'tokens a cache hit costs, `0` or `1` (see [Rate limits](rate-limits.md))' }),
     provider_weight: num({
       min: 0.001,
