@@ -14,5 +14,7 @@ export interface AdminView {
     readonly adminKeys?: KeyStore;
     readonly upstreams: UpstreamSet;
   };
+  /** The start-up configuration: the settings a reload cannot change run at its values. */
+  readonly started: Config;
   readonly reloadStatus: { readonly successful: boolean; readonly lastSuccessMs: number };
 }
