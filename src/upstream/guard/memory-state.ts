@@ -79,10 +79,11 @@ export class MemoryProviderState implements ProviderState {
     if (ledger === undefined) return [];
     const calls: HeldCall[] = [];
     // Answered quota calls are counts per mark; each goes back as that many calls, named by this
-    // state, the mark and their rank, so that writing the same count twice adds nothing and two
-    // instances' counts never merge.
+    // state, the mark and their rank: the name its finish gave it in Redis too (`finish`), so
+    // that writing back to a Redis that kept them, or twice, adds nothing, and two instances'
+    // counts never merge.
     for (const [mark, count] of ledger.quota?.answered(this.#clock.now()) ?? []) {
-      for (let i = 0; i < count; i++) calls.push({ id: `${this.#id}:${mark}:${i}`, recent: undefined, quota: mark, lease: undefined });
+      for (let i = 0; i < count; i++) calls.push({ id: this.#answeredName(`${mark}:${i}`), recent: undefined, quota: mark, lease: undefined });
     }
     const inFlight = ledger.quota?.inFlight;
     const ids = new Set([...ledger.recent.keys(), ...(inFlight?.keys() ?? []), ...ledger.leases.keys()]);
@@ -142,16 +143,23 @@ export class MemoryProviderState implements ProviderState {
     return undefined;
   }
 
-  /** Also answers the end of the call's lease, if it held one. */
-  finish(upstream: string, leaseId: string): number | undefined {
+  /**
+   * Also answers the end of the call's lease, if it held one, and the name the call has from now
+   * on in the quota's answered calls (as `held` writes it back), if the quota counted it.
+   */
+  finish(upstream: string, leaseId: string): { lease: number | undefined; quotaName: string | undefined } {
     const ledger = this.#ledgers.get(upstream);
-    if (ledger === undefined) return undefined;
+    if (ledger === undefined) return { lease: undefined, quotaName: undefined };
     const now = this.#clock.now();
     if (ledger.recent.has(leaseId)) ledger.recent.set(leaseId, now);
-    ledger.quota?.settle(leaseId, now);
+    const answered = ledger.quota?.settle(leaseId, now);
     const lease = ledger.leases.get(leaseId);
     ledger.leases.delete(leaseId);
-    return lease;
+    return { lease, quotaName: answered === undefined ? undefined : this.#answeredName(answered) };
+  }
+
+  #answeredName(nameInLog: string): string {
+    return `${this.#id}:${nameInLog}`;
   }
 
   stop(stop: Stop): void {

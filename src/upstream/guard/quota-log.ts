@@ -15,7 +15,8 @@ export const EXACT_QUOTA_LIMIT = 4096;
 
 /** Where answered calls are counted: [mark, count] pairs that each leave the window at mark + window. */
 interface Answered {
-  add(mark: number, count: number): void;
+  /** Answers the last call's name, `mark:rank` (as `entries` lists it), or undefined if aged already. */
+  add(mark: number, count: number): string | undefined;
   /** Drops what has aged by `now` and answers how many calls are left. */
   size(now: number): number;
   /** The calls counted, oldest first. */
@@ -52,11 +53,13 @@ export class QuotaLog {
     this.inFlight.set(id, mark);
   }
 
-  /** The call `id` was answered at `now`; false if it was not in flight here. */
-  settle(id: string, now: number): boolean {
-    if (!this.inFlight.delete(id)) return false;
-    this.#answered.add(now, 1);
-    return true;
+  /**
+   * The call `id` was answered at `now`: answers the name it has among the answered calls from
+   * now on (`mark:rank`, as `answered` lists them), undefined if it was not in flight here.
+   */
+  settle(id: string, now: number): string | undefined {
+    if (!this.inFlight.delete(id)) return undefined;
+    return this.#answered.add(now, 1);
   }
 
   /**
@@ -114,7 +117,7 @@ class MarkRing implements Answered {
     this.#aged = aged;
   }
 
-  add(mark: number, count: number): void {
+  add(mark: number, count: number): string {
     const capacity = this.#marks.length;
     // Kept in order; a clock that stepped back makes a mark count longer, never shorter.
     const last = this.#length > 0 ? this.#marks[(this.#head + this.#length - 1) % capacity]! : -Infinity;
@@ -127,6 +130,9 @@ class MarkRing implements Answered {
       this.#marks[(this.#head + this.#length) % capacity] = at;
       this.#length++;
     }
+    let rank = 0;
+    while (rank + 1 < this.#length && this.#marks[(this.#head + this.#length - 2 - rank) % capacity] === at) rank++;
+    return `${at}:${rank}`;
   }
 
   size(now: number): number {
@@ -162,16 +168,17 @@ class Slices implements Answered {
     this.#aged = aged;
   }
 
-  add(mark: number, count: number): void {
+  add(mark: number, count: number): string | undefined {
     const slice = Math.floor(mark / this.#width);
     const slot = ((slice % SLOTS) + SLOTS) % SLOTS;
     if (this.#slice[slot] !== slice) {
       // A newer slice in the slot means this one has left the window already.
-      if (this.#slice[slot]! > slice) return;
+      if (this.#slice[slot]! > slice) return undefined;
       this.#slice[slot] = slice;
       this.#count[slot] = 0;
     }
     this.#count[slot]! += count;
+    return `${this.#lastMs(slice)}:${this.#count[slot]! - 1}`;
   }
 
   size(now: number): number {
