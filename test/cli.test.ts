@@ -61,7 +61,7 @@ server: { port: 99999 }
   assert.equal(result.code, 2);
   for (const expected of [
     'auth.keys[0].key: environment variable MISSING_SECRET_VAR is not set',
-    'rate_limits.small.capacity: must be a positive integer',
+    'rate_limits.small.capacity: must be an integer from 1 to 999999999999999',
     'server.port:',
     'auth.keys[0].plan:',
   ]) {
@@ -73,7 +73,7 @@ test('a normal start with a bad configuration exits 2 the same way, and PERCH_CO
   const path = writeConfig(t, 'rate_limits: { small: { capacity: -1, refill_per_second: 1 } }\n');
   const result = await run(t, [], { PERCH_CONFIG: path });
   assert.equal(result.code, 2);
-  assert.match(result.stderr, /rate_limits\.small\.capacity: must be a positive integer/);
+  assert.match(result.stderr, /rate_limits\.small\.capacity: must be an integer from 1 to 999999999999999/);
   assert.match(result.stderr, /upstreams: is required/);
 });
 
@@ -268,5 +268,20 @@ upstreams: { demo: { kind: fixture } }
   assert.equal(result.code, 2, result.stderr);
   for (const plan of ['tiny', 'slow']) {
     assert.ok(result.stderr.includes(`rate_limits.${plan}.refill_per_second: must be at least capacity / 999990000000000`), result.stderr);
+  }
+});
+
+test('--check-config refuses a plan capacity or provider_calls limit longer than a 15-digit field', T, async (t) => {
+  const path = writeConfig(t, `
+auth: { keys: [ { id: a, key: "0123456789abcdef0123", plan: wide }, { id: b, key: "0123456789abcdef0124", plan: spender } ] }
+rate_limits:
+  wide: { capacity: 9007199254740991, refill_per_second: 9007199254740991 }
+  spender: { capacity: 10, refill_per_second: 1, provider_calls: { limit: 1000000000000000, window: day } }
+upstreams: { demo: { kind: fixture } }
+`);
+  const result = await run(t, ['--check-config', '--config', path]);
+  assert.equal(result.code, 2, result.stderr);
+  for (const at of ['rate_limits.wide.capacity', 'rate_limits.spender.provider_calls.limit']) {
+    assert.ok(result.stderr.includes(`${at}: must be an integer from 1 to 999999999999999`), result.stderr);
   }
 });
