@@ -8,8 +8,9 @@ export const QUOTA_SLICES = 1024;
 /** Slots for the slices: a slot is reused only once its slice has left the window. */
 const SLOTS = QUOTA_SLICES + 2;
 /**
- * Up to this many requests a quota keeps every answered call's mark (8 bytes each): its
- * admissions are exactly those of a sliding log. Above, slices.
+ * Up to this many requests a quota keeps every answered call's mark (8 bytes each, up to this
+ * many marks): its admissions are exactly those of a sliding log. Above, slices; the same once
+ * more calls than this are in the window (Redis admitted them for the fleet).
  */
 export const EXACT_QUOTA_LIMIT = 4096;
 
@@ -25,8 +26,8 @@ interface Answered {
 
 /**
  * The quota's sliding log in memory bounded by its configuration, not by the traffic: answered
- * calls are kept as marks in a ring of at most `limit` (a call beyond the limit's newest can
- * never decide an admission) while the limit is small, per slice of the window above that;
+ * calls are kept as marks in a ring of at most EXACT_QUOTA_LIMIT while the limit is small, per
+ * slice of the window above that (or once the ring is full);
  * calls in flight by id until their answer (as many as are in flight). A call answered in a
  * slice counts as if answered at the slice's last millisecond, so it leaves the window at most
  * one slice later than in an exact log, never earlier: the provider still never sees more than
@@ -37,15 +38,19 @@ interface Answered {
 export class QuotaLog {
   readonly windowMs: number;
   readonly limit: number;
-  readonly #answered: Answered;
+  #answered: Answered;
+  readonly #aged: (mark: number, now: number) => boolean;
   /** Calls not answered yet: id -> when their window membership starts to age (end of the lease). */
   readonly inFlight = new Map<string, number>();
 
   constructor(windowMs: number, limit: number) {
     this.windowMs = windowMs;
     this.limit = limit;
-    const aged = (mark: number, now: number) => mark + windowMs + CLOCK_GRANULARITY_MS <= now;
-    this.#answered = limit <= EXACT_QUOTA_LIMIT ? new MarkRing(limit, aged) : new Slices(windowMs, aged);
+    this.#aged = (mark: number, now: number) => mark + windowMs + CLOCK_GRANULARITY_MS <= now;
+    // The ring holds EXACT_QUOTA_LIMIT marks whatever the limit: a log also holds the calls the
+    // fleet's Redis admitted (more than this instance's share), and all of them go back to a Redis
+    // that restarted empty.
+    this.#answered = limit <= EXACT_QUOTA_LIMIT ? new MarkRing(EXACT_QUOTA_LIMIT, this.#aged) : new Slices(windowMs, this.#aged);
   }
 
   /** A call in flight until its answer (`settle`), counted until `mark` + the window meanwhile. */
@@ -59,7 +64,18 @@ export class QuotaLog {
    */
   settle(id: string, now: number): string | undefined {
     if (!this.inFlight.delete(id)) return undefined;
-    return this.#answered.add(now, 1);
+    return this.#add(now, 1, now);
+  }
+
+  /** Adds answered calls; a ring they would overflow becomes slices, so that none is dropped. */
+  #add(mark: number, count: number, now: number): string | undefined {
+    const answered = this.#answered;
+    if (answered instanceof MarkRing && answered.size(now) + count > EXACT_QUOTA_LIMIT) {
+      const slices = new Slices(this.windowMs, this.#aged);
+      for (const [at, n] of answered.entries()) slices.add(at, n);
+      this.#answered = slices;
+    }
+    return this.#answered.add(mark, count);
   }
 
   /**
@@ -99,13 +115,13 @@ export class QuotaLog {
   /** The same calls in a log of another window or limit (a reload changed it). */
   rebuilt(windowMs: number, limit: number, now: number): QuotaLog {
     const log = new QuotaLog(windowMs, limit);
-    for (const [mark, count] of this.answered(now)) log.#answered.add(mark, count);
+    for (const [mark, count] of this.answered(now)) log.#add(mark, count, now);
     for (const [id, mark] of this.inFlight) log.hold(id, mark);
     return log;
   }
 }
 
-/** Answered calls' marks in order, the newest `capacity` of them. */
+/** Answered calls' marks in order, up to `capacity` of them (QuotaLog turns a full one into slices). */
 class MarkRing implements Answered {
   readonly #marks: Float64Array;
   readonly #aged: (mark: number, now: number) => boolean;
