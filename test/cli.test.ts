@@ -285,3 +285,13 @@ upstreams: { demo: { kind: fixture } }
     assert.ok(result.stderr.includes(`${at}: must be an integer from 1 to 999999999999999`), result.stderr);
   }
 });
+
+test('--check-config takes a secret that holds a lone "\${" from the environment, as substitution promises', T, async (t) => {
+  const path = writeConfig(t, `
+auth: { keys: [ { id: alpha, key: "\${ALPHA_KEY}", plan: p } ] }
+rate_limits: { p: { capacity: 10, refill_per_second: 1 } }
+upstreams: { one: { kind: v1, url: "http://127.0.0.1:9", headers: { X-API-Key: "\${PROVIDER_KEY}" } } }
+`);
+  const result = await run(t, ['--check-config', '--config', path], { ALPHA_KEY: 'Zq8${w!r2Lm9xT4vB', PROVIDER_KEY: 'pr0v${der-9f8e7d6c5b' });
+  assert.equal(result.code, 0, result.stderr);
+});

@@ -64,9 +64,13 @@ function digestOf(problems: Problems, entry: KeyEntry, path: string): { digest: 
   return { digest: entry.sha256!.toLowerCase(), path: at };
 }
 
-/** A secret that still holds `${NAME}` after substitution is a reference that did not resolve. */
+/**
+ * A secret that still holds a whole reference after substitution (`${NAME}`, `${NAME:-default}`,
+ * `${file:/path}`) is one that did not resolve. A lone `${` is not: a generated password or a
+ * secret file may hold it, and substituted values stay literal.
+ */
 export function looksLikePlaceholder(secret: string): boolean {
-  return /\$\{[^}]*\}?/.test(secret);
+  return /\$\{(?:[A-Za-z_][A-Za-z0-9_]*(?::-[^}]*)?|file:[^}]*)\}/.test(secret);
 }
 
 export function sha256Hex(secret: string): string {
