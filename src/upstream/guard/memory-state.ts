@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import type { Clock } from '../../clock.js';
 import { QuotaLog } from './quota-log.js';
 import { CLOCK_GRANULARITY_MS, stopKeysFor, type Admission, type AdmitQuery, type CallCap, type HeldCall, type ProviderState, type Spend, type SpendQuery, type Stop, type StopState } from './provider-state.js';
@@ -32,8 +32,11 @@ interface Ledger {
  */
 export class MemoryProviderState implements ProviderState {
   readonly #clock: Clock;
-  /** Names this state's answered quota calls in a write-back (`held`). */
-  readonly #id = randomUUID();
+  /**
+   * Names this state's answered quota calls (`held`, and in Redis once answered): 72 random bits,
+   * unique across a fleet and its restarts, and a name no longer than the lease id it replaces.
+   */
+  readonly #id = randomBytes(9).toString('base64url');
   readonly #stops = new Map<string, { untilMs: number; state: StopState }>();
   /** Turns taken with `claim`, until when. */
   readonly #claims = new Map<string, number>();
