@@ -295,3 +295,16 @@ upstreams: { one: { kind: v1, url: "http://127.0.0.1:9", headers: { X-API-Key: "
   const result = await run(t, ['--check-config', '--config', path], { ALPHA_KEY: 'Zq8${w!r2Lm9xT4vB', PROVIDER_KEY: 'pr0v${der-9f8e7d6c5b' });
   assert.equal(result.code, 0, result.stderr);
 });
+
+test('--check-config refuses a client key sent to a v1 provider as an Authorization bearer token', T, async (t) => {
+  const secret = 'shared-secret-0123456789';
+  const path = writeConfig(t, `
+auth: { keys: [ { id: alpha, key: "${secret}", plan: p } ] }
+rate_limits: { p: { capacity: 10, refill_per_second: 1 } }
+upstreams: { one: { kind: v1, url: "http://127.0.0.1:9", headers: { Authorization: "Bearer ${secret}" } } }
+`);
+  const result = await run(t, ['--check-config', '--config', path]);
+  assert.equal(result.code, 2, result.stderr);
+  assert.ok(result.stderr.includes('upstreams.one.headers.Authorization: is the same secret as auth.keys[0]'), result.stderr);
+  assert.ok(!result.stderr.includes(secret), result.stderr);
+});

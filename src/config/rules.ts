@@ -186,10 +186,13 @@ function checkCredentialsAgainstKeys(problems: Problems, files: FileConfig['upst
     up.credentials.forEach((credential, i) => {
       const at = file?.credentials === undefined ? base : indexPath(childPath(base, 'credentials'), i);
       for (const [header, value] of Object.entries(credential.headers)) {
-        const bearer = header === 'Authorization' && up.kind === 'x_v2' && value.startsWith('Bearer ');
-        const secret = bearer ? value.slice('Bearer '.length) : value;
-        const key = secrets.get(sha256Hex(secret));
-        if (key !== undefined) problems.add(bearer ? childPath(at, 'bearer_token') : childPath(childPath(at, 'headers'), header), `is the same secret as ${key} (a client key must never be a provider credential)`);
+        // A bearer token is the secret whichever way it was written: `bearer_token:` (x_v2), or
+        // an `Authorization: Bearer ...` header of any kind.
+        const token = header.toLowerCase() === 'authorization' ? /^Bearer +(.+)$/i.exec(value)?.[1] : undefined;
+        // x_v2 takes its tokens as `bearer_token` only.
+        const shorthand = up.kind === 'x_v2';
+        const key = secrets.get(sha256Hex(value)) ?? (token === undefined ? undefined : secrets.get(sha256Hex(token)));
+        if (key !== undefined) problems.add(shorthand ? childPath(at, 'bearer_token') : childPath(childPath(at, 'headers'), header), `is the same secret as ${key} (a client key must never be a provider credential)`);
       }
     });
   }
