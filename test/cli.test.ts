@@ -61,7 +61,7 @@ server: { port: 99999 }
   assert.equal(result.code, 2);
   for (const expected of [
     'auth.keys[0].key: environment variable MISSING_SECRET_VAR is not set',
-    'rate_limits.small.capacity: must be a positive integer',
+    'rate_limits.small.capacity: must be an integer from 1 to 999999999999999',
     'server.port:',
     'auth.keys[0].plan:',
   ]) {
@@ -73,7 +73,7 @@ test('a normal start with a bad configuration exits 2 the same way, and PERCH_CO
   const path = writeConfig(t, 'rate_limits: { small: { capacity: -1, refill_per_second: 1 } }\n');
   const result = await run(t, [], { PERCH_CONFIG: path });
   assert.equal(result.code, 2);
-  assert.match(result.stderr, /rate_limits\.small\.capacity: must be a positive integer/);
+  assert.match(result.stderr, /rate_limits\.small\.capacity: must be an integer from 1 to 999999999999999/);
   assert.match(result.stderr, /upstreams: is required/);
 });
 
@@ -226,3 +226,85 @@ function freePort(): Promise<number> {
     });
   });
 }
+
+test('--check-config refuses a nested default, a secret left a placeholder, and a client key that is a provider credential', T, async (t) => {
+  const secret = 'shared-secret-0123456789';
+  const path = writeConfig(t, `
+auth:
+  keys:
+    - { id: alpha, key: "\${ALPHA_KEY:-\${FALLBACK_ALPHA_KEY}}", plan: p }
+    - { id: beta, key: "$\${BETA_KEY_PLACEHOLDER}", plan: p }
+    - { id: gamma, key: "${secret}", plan: p }
+rate_limits: { p: { capacity: 10, refill_per_second: 1 } }
+upstreams:
+  one: { kind: v1, url: "http://127.0.0.1:9", headers: { X-API-Key: "\${PROVIDER_KEY:-\${PROVIDER_KEY_DEFAULT}}" } }
+  two: { kind: v1, url: "http://127.0.0.1:9", credentials: [ { id: c1, headers: { X-API-Key: "${secret}" } } ] }
+  three: { kind: v1, url: "http://127.0.0.1:9", headers: { X-API-Key: "$\${PROVIDER_KEY}" } }
+routes: { user: [one] }
+`);
+  const result = await run(t, ['--check-config', '--config', path], { FALLBACK_ALPHA_KEY: 'fallback-secret-0123456789' });
+  assert.equal(result.code, 2, result.stderr);
+  for (const expected of [
+    'auth.keys[0].key: "${" inside a reference or its default is not supported',
+    'auth.keys[1].key: still looks like a "${...}" placeholder after substitution',
+    'upstreams.one.headers.X-API-Key: "${" inside a reference or its default is not supported',
+    'upstreams.three.headers.X-API-Key: still looks like a "${...}" placeholder after substitution',
+    'upstreams.two.credentials[0].headers.X-API-Key: is the same secret as auth.keys[2] (a client key',
+  ]) {
+    assert.ok(result.stderr.includes(expected), `missing "${expected}" in:\n${result.stderr}`);
+  }
+  assert.ok(!result.stderr.includes(secret) && !result.stderr.includes('fallback-secret'), result.stderr);
+});
+
+test('--check-config refuses a plan whose bucket would take more than 15 digits of seconds to fill', T, async (t) => {
+  const path = writeConfig(t, `
+auth: { keys: [ { id: a, key: "0123456789abcdef0123", plan: tiny }, { id: b, key: "0123456789abcdef0124", plan: slow } ] }
+rate_limits:
+  tiny: { capacity: 1, refill_per_second: 1e-300 }
+  slow: { capacity: 2, refill_per_second: 2e-15 }
+upstreams: { demo: { kind: fixture } }
+`);
+  const result = await run(t, ['--check-config', '--config', path]);
+  assert.equal(result.code, 2, result.stderr);
+  for (const plan of ['tiny', 'slow']) {
+    assert.ok(result.stderr.includes(`rate_limits.${plan}.refill_per_second: must be at least capacity / 999990000000000`), result.stderr);
+  }
+});
+
+test('--check-config refuses a plan capacity or provider_calls limit longer than a 15-digit field', T, async (t) => {
+  const path = writeConfig(t, `
+auth: { keys: [ { id: a, key: "0123456789abcdef0123", plan: wide }, { id: b, key: "0123456789abcdef0124", plan: spender } ] }
+rate_limits:
+  wide: { capacity: 9007199254740991, refill_per_second: 9007199254740991 }
+  spender: { capacity: 10, refill_per_second: 1, provider_calls: { limit: 1000000000000000, window: day } }
+upstreams: { demo: { kind: fixture } }
+`);
+  const result = await run(t, ['--check-config', '--config', path]);
+  assert.equal(result.code, 2, result.stderr);
+  for (const at of ['rate_limits.wide.capacity', 'rate_limits.spender.provider_calls.limit']) {
+    assert.ok(result.stderr.includes(`${at}: must be an integer from 1 to 999999999999999`), result.stderr);
+  }
+});
+
+test('--check-config takes a secret that holds a lone "\${" from the environment, as substitution promises', T, async (t) => {
+  const path = writeConfig(t, `
+auth: { keys: [ { id: alpha, key: "\${ALPHA_KEY}", plan: p } ] }
+rate_limits: { p: { capacity: 10, refill_per_second: 1 } }
+upstreams: { one: { kind: v1, url: "http://127.0.0.1:9", headers: { X-API-Key: "\${PROVIDER_KEY}" } } }
+`);
+  const result = await run(t, ['--check-config', '--config', path], { ALPHA_KEY: 'Zq8${w!r2Lm9xT4vB', PROVIDER_KEY: 'pr0v${der-9f8e7d6c5b' });
+  assert.equal(result.code, 0, result.stderr);
+});
+
+test('--check-config refuses a client key sent to a v1 provider as an Authorization bearer token', T, async (t) => {
+  const secret = 'shared-secret-0123456789';
+  const path = writeConfig(t, `
+auth: { keys: [ { id: alpha, key: "${secret}", plan: p } ] }
+rate_limits: { p: { capacity: 10, refill_per_second: 1 } }
+upstreams: { one: { kind: v1, url: "http://127.0.0.1:9", headers: { Authorization: "Bearer ${secret}" } } }
+`);
+  const result = await run(t, ['--check-config', '--config', path]);
+  assert.equal(result.code, 2, result.stderr);
+  assert.ok(result.stderr.includes('upstreams.one.headers.Authorization: is the same secret as auth.keys[0]'), result.stderr);
+  assert.ok(!result.stderr.includes(secret), result.stderr);
+});

@@ -141,6 +141,13 @@ test('If-Modified-Since is 304 when the entry is no newer, and counts only witho
   assert.equal((await raw(perch, PAGE, { 'if-modified-since': later })).status, 304);
   assert.equal((await raw(perch, PAGE, { 'if-modified-since': earlier })).status, 200);
   assert.equal((await raw(perch, PAGE, { 'if-modified-since': 'yesterday-ish' })).status, 200);
+  // Not HTTP-dates, though Date.parse reads each as a year to come.
+  for (const header of ['3000', '2027', 'x 2030', '2030-01-01T00:00:00Z', 'Mon, 01 Jan 2099 00:00:00 GMT', 'Thu, 31 Feb 2030 00:00:00 GMT', 'Tue, 01 Jan 2030 00:00:00 UTC']) {
+    assert.equal((await raw(perch, PAGE, { 'if-modified-since': header })).status, 200, header);
+  }
+  // The two obsolete forms RFC 9110 makes recipients accept.
+  assert.equal((await raw(perch, PAGE, { 'if-modified-since': 'Tuesday, 01-Jan-30 00:00:00 GMT' })).status, 304);
+  assert.equal((await raw(perch, PAGE, { 'if-modified-since': 'Tue Jan  1 00:00:00 2030' })).status, 304);
   // If-None-Match decides when both are sent (RFC 9110 13.2.2).
   assert.equal((await raw(perch, PAGE, { 'if-modified-since': later, 'if-none-match': '"other"' })).status, 200);
   assert.equal((await raw(perch, PAGE, { 'if-modified-since': earlier, 'if-none-match': miss.headers['etag']! })).status, 304);

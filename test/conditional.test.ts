@@ -32,6 +32,13 @@ test('If-Modified-Since: whole seconds, no earlier than Last-Modified; ignored w
     else process.env.TZ = zone;
   }
   assert.equal(notModified(undefined, 'not a date', TAG, MODIFIED), false);
+  for (const header of ['3000', '2027', 'x 2030', '1.5', 'Fri, 01 Jan 2026 12:00:00 GMT', 'Thu, 01 Jan 2026 24:00:00 GMT', 'Thursday, 01-Jan-2026 12:00:00 GMT', 'Thu Jan 01 12:00:00 26']) {
+    assert.equal(notModified(undefined, header, TAG, MODIFIED), false, header);
+  }
+  // An rfc850 two-digit year more than 50 years ahead is the latest past year with those digits.
+  const now = Date.UTC(2026, 5, 1);
+  assert.equal(notModified(undefined, 'Wednesday, 01-Jan-76 12:00:00 GMT', TAG, Date.UTC(2076, 0, 1, 12), false, now), true, '76 is 2076, 50 years ahead');
+  assert.equal(notModified(undefined, 'Saturday, 01-Jan-77 12:00:00 GMT', TAG, Date.UTC(1977, 0, 1, 12), false, now), true, '77 is 1977');
   assert.equal(notModified(undefined, undefined, TAG, MODIFIED), false);
   assert.equal(notModified('"other"', at(MODIFIED + 1000), TAG, MODIFIED), false, 'If-None-Match decides');
   assert.equal(notModified(TAG, at(MODIFIED - 1000), TAG, MODIFIED), true, 'If-None-Match decides');

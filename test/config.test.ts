@@ -305,8 +305,8 @@ describe('parseConfig: checks', () => {
       (r) => (r.rate_limits['bad name'] = { capacity: 1, refill_per_second: 1 }),
       'rate_limits["bad name"]: plan name must match [A-Za-z0-9_.-]{1,64}',
     ],
-    ['zero capacity', (r) => (r.rate_limits.small.capacity = 0), 'rate_limits.small.capacity: must be a positive integer'],
-    ['fractional capacity', (r) => (r.rate_limits.small.capacity = 2.5), 'rate_limits.small.capacity: must be a positive integer'],
+    ['zero capacity', (r) => (r.rate_limits.small.capacity = 0), 'rate_limits.small.capacity: must be an integer from 1 to 999999999999999'],
+    ['fractional capacity', (r) => (r.rate_limits.small.capacity = 2.5), 'rate_limits.small.capacity: must be an integer from 1 to 999999999999999'],
     ['missing capacity', (r) => delete r.rate_limits.small.capacity, 'rate_limits.small.capacity: is required'],
     ['negative refill', (r) => (r.rate_limits.small.refill_per_second = -1), 'rate_limits.small.refill_per_second: must be a positive number'],
     ['infinite refill', (r) => (r.rate_limits.small.refill_per_second = Infinity), 'rate_limits.small.refill_per_second: must be a positive number'],
@@ -467,7 +467,7 @@ describe('parseConfig: checks', () => {
     assert.deepEqual([...problems].sort(), [
       'auth.keys[0].plan: names no entry of rate_limits ("large")',
       'log.levle: unknown key (did you mean "level"?)',
-      'rate_limits.small.capacity: must be a positive integer',
+      'rate_limits.small.capacity: must be an integer from 1 to 999999999999999',
       'routes.tweet[0]: names no configured upstream ("mian")',
       'server.port: must be an integer from 0 to 65535',
     ]);

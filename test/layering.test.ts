@@ -12,7 +12,7 @@ const SRC = fileURLToPath(new URL('../../src/', import.meta.url));
  * above. ARCHITECTURE.md draws the same stack; a new folder must be placed here to be allowed.
  */
 const LAYERS: readonly (readonly string[])[] = [
-  ['clock', 'timers', 'endpoints', 'errors', 'bytes', 'header-list', 'version', 'url-table', 'node-version'],
+  ['clock', 'timers', 'endpoints', 'errors', 'bytes', 'header-list', 'http-date', 'version', 'url-table', 'node-version'],
   ['config'],
   ['schemas', 'openapi'],
   ['logging'],

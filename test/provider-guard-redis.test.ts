@@ -316,3 +316,45 @@ test('a refund goes back to the side that charged the call: Redis, or this insta
   assert.equal(await client.get(key), '1', 'Redis never charged it');
   assert.deepEqual(memory.spend(one), { allowed: true, used: 1 }, 'memory had it back');
 });
+
+test('a reconnection to a Redis that kept its calls writes none of them back twice', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const a = await instance(t, redis, upstream, QUOTA);
+  const b = await instance(t, redis, upstream, QUOTA);
+  assert.deepEqual(await misses([a], 1, 4), Array<number>(4).fill(200));
+  const inspector = new Redis(redis.url);
+  onCleanup(t, () => inspector.disconnect());
+  await waitFor(async () => (await inspector.zcard('perch:{up:main}:quota')) === 4);
+  // The connections drop and come back to the same Redis, its calls kept: each instance writes
+  // back what it counted, which Redis already holds.
+  const clients = String(await inspector.client('LIST')).split('\n').filter((line) => line.length > 0).length;
+  await inspector.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+  await waitFor(async () => String(await inspector.client('LIST')).split('\n').filter((line) => line.length > 0).length >= clients);
+  // A's next admission waits for its write-back: Redis then holds its 5 calls, not 4 twice.
+  assert.deepEqual(await misses([a], 100, 1), [200]);
+  assert.deepEqual(await misses([b], 200, 6), [200, 200, 200, 200, 200, 429]);
+  assert.equal(upstream.requests.length, 10);
+  assert.equal(await inspector.zcard('perch:{up:main}:quota'), 10);
+});
+
+test('a Redis restarted empty gets back every call an instance had Redis admit, beyond its redis_down_share', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const extra = `${QUOTA}, redis_down_share: 0.5`;
+  const a = await instance(t, redis, upstream, extra);
+  const b = await instance(t, redis, upstream, extra);
+  // A spends 8 of the fleet's 10, more than its share of 5 on its own.
+  assert.deepEqual(await misses([a], 1, 8), Array<number>(8).fill(200));
+  await redis.kill();
+  await redis.restart();
+  const inspector = new Redis(redis.url);
+  onCleanup(t, () => inspector.disconnect());
+  await waitFor(async () => (await inspector.zcard('perch:{up:main}:quota')) >= 5);
+  // A's next miss Redis admits waits for the write-back: Redis holds its 8 calls and this one.
+  let next = 100;
+  await waitFor(async () => (await a.request(`/v1/users/${next++}`)).status === 200);
+  assert.equal(await inspector.zcard('perch:{up:main}:quota'), 9);
+  assert.deepEqual(await misses([b], 200, 3), [200, 429, 429]);
+  assert.equal(upstream.requests.length, 10);
+});

@@ -1,5 +1,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import type { ProviderProtectionConfig } from '../src/config/types.js';
 import { IN_FLIGHT_POLL_MS, MemoryProviderState } from '../src/upstream/guard/memory-state.js';
 import { ANY, CLOCK_GRANULARITY_MS as G, compileCap, type AdmitQuery, type CallCap } from '../src/upstream/guard/provider-state.js';
@@ -204,4 +206,38 @@ test('calls the shared state admitted count in memory too, and leave it once the
     [1000 + G + 6000],
     'a busy cap served from Redis keeps no more here than its window holds',
   );
+});
+
+test("a month's quota holds the same memory after 200,000 calls as after 1,000, and still caps", { timeout: 60_000 }, () => {
+  setFlagsFromString('--expose-gc');
+  const gc = runInNewContext('gc') as () => void;
+  const clock = new ManualClock();
+  const state = new MemoryProviderState(clock);
+  const cap = compileCap({ ...PROTECTION, quota: { requests: 200_000, per_seconds: 2_678_400 } });
+  const heap = () => {
+    gc();
+    return process.memoryUsage().heapUsed;
+  };
+  const t0 = clock.now();
+  let base = 0;
+  for (let i = 0; i < 200_000; i++) {
+    const q = query(cap);
+    assert.equal(state.admit(q).kind, 'admitted');
+    clock.advance(1);
+    state.finish('main', q.leaseId);
+    if (i === 999) base = heap();
+  }
+  const grown = heap() - base;
+  assert.ok(grown < 4 * 2 ** 20, `the state grew by ${grown} bytes over 199,000 calls`);
+  // The first call was answered at t0 + 1 and counts until a window and a millisecond later;
+  // a slice of the window (2,616 s / 1,024) is the most it may count longer.
+  const refused = state.admit(query(cap));
+  assert.equal(refused.kind, 'over_cap');
+  const exact = t0 + 1 + 2_678_400_000 + G - clock.now();
+  const wait = (refused as { waitMs: number }).waitMs;
+  assert.ok(wait >= exact && wait < exact + Math.ceil(2_678_400_000 / 1024), `waits ${wait} ms, exact ${exact}`);
+  clock.advance(wait - 1);
+  assert.equal(state.admit(query(cap)).kind, 'over_cap', 'a millisecond early is still over the quota');
+  clock.advance(1);
+  assert.equal(state.admit(query(cap)).kind, 'admitted');
 });

@@ -178,3 +178,23 @@ test("server.rate_limit_headers x_rate_limit adds Twitter's x-rate-limit-* field
   const ietf = await startPerch(t, withPlan(testConfig(v1('main', upstream.url)), '{ capacity: 3, refill_per_second: 0.5 }'), { clock });
   assert.deepEqual(x(await ietf.request('/v1/users/1')), [null, null, null]);
 });
+
+test('at the lowest refill a plan may have, Retry-After, RateLimit and x-rate-limit-reset are integers of at most 15 digits', { timeout: 10_000 }, async (t) => {
+  const clock = new ManualClock(Date.UTC(2026, 0, 1));
+  const upstream = await startUpstream(t, sampleProvider);
+  const yaml = withPlan(testConfig(v1('main', upstream.url)), '{ capacity: 2, refill_per_second: 2.0001e-15 }').replace(
+    'server: { host: 127.0.0.1, port: 0 }',
+    'server: { host: 127.0.0.1, port: 0, rate_limit_headers: [ietf, x_rate_limit] }',
+  );
+  const perch = await startPerch(t, yaml, { clock });
+  await perch.request('/v1/users/1');
+  await perch.request('/v1/users/1');
+  const refused = await perch.request('/v1/users/1');
+  assert.equal(refused.status, 429);
+  const integer = /^[0-9]{1,15}$/;
+  assert.match(refused.headers.get('retry-after')!, integer);
+  assert.match(refused.headers.get('x-rate-limit-reset')!, integer);
+  for (const field of ['ratelimit', 'ratelimit-policy']) {
+    for (const [, value] of refused.headers.get(field)!.matchAll(/[a-z]=([^;,]*)/g)) assert.match(value!, integer, `${field}: ${refused.headers.get(field)}`);
+  }
+});

@@ -118,7 +118,12 @@ test('a reload warns of exactly the changed settings that need a restart, and ap
     warnings.map((l) => l.settings),
     [['server.shutdown_grace_ms', 'server.max_connections', 'log.time']],
   );
+  const restartWarnings = () => perch.logs.lines().filter((l) => l.msg === 'reload: these settings take effect only after a restart');
+  perch.reload(after.replace('max_connections: 77', 'max_connections: 78'));
+  assert.deepEqual(restartWarnings()[1]?.settings, ['server.shutdown_grace_ms', 'server.max_connections', 'log.time'], 'still waiting: compared with what runs');
+  perch.reload(before.replace('stale_seconds: 600', 'stale_seconds: 0, ttl_seconds: { user: 5 }'));
+  assert.equal(restartWarnings().length, 2, 'back to the running values: nothing waits for a restart');
   perch.reload(after);
-  assert.equal(perch.logs.lines().filter((l) => l.msg === 'reload: these settings take effect only after a restart').length, 1, 'the same file again changes nothing');
+  assert.equal(restartWarnings().length, 3);
   assert.equal((await perch.request('/v1/users/1')).headers.get('cache-control'), 'private, max-age=5', 'a TTL applies to the next request');
 });

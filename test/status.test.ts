@@ -134,3 +134,11 @@ test('/status.json reports hit ratios, upstream state and errors, per-key usage 
   const metrics = await (await fetch(`${perch.url}/metrics`)).text();
   assert.doesNotMatch(metrics, /route="none",status="200"/);
 });
+
+test('/status.json shows the max_bytes the memory cache runs with, not one a reload asked for', T, async (t) => {
+  const yaml = testConfig('demo: { kind: fixture }', `${STATUS_YAML}\ncache: { memory: { max_bytes: 33554432 } }`);
+  const perch = await startPerch(t, yaml);
+  perch.reload(yaml.replace('max_bytes: 33554432', 'max_bytes: 67108864'));
+  const status = JSON.parse((await get(perch, '/status.json', ADMIN_KEY)).text);
+  assert.equal(status.cache.memory.max_bytes, 33_554_432);
+});

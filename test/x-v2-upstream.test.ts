@@ -109,11 +109,24 @@ test('x_v2 not found is 200 with only errors at X: 404 E404, negatively cached',
   }
   const calls = upstream.requests.length;
   assert.equal(calls, 4);
-  // Beyond X's own rules (19 digits, 15 characters): X would answer 400, so no call is made.
-  for (const path of ['/v1/users/12345678901234567890', '/v1/tweets/12345678901234567890', '/v1/users/by/username/a_sixteen_chars_']) {
-    assert.equal((await perch.request(path)).status, 404, path);
+  // Beyond X's own rules (signed 64-bit ids, 15 characters): X would answer 400, so no call is made.
+  for (const path of [
+    '/v1/users/12345678901234567890',
+    '/v1/tweets/12345678901234567890',
+    '/v1/users/by/username/a_sixteen_chars_',
+    '/v1/users/9223372036854775808',
+    '/v1/tweets/9999999999999999999',
+    '/v1/users/9223372036854775808/replies',
+    '/v1/users/18446744073709551615/following',
+  ]) {
+    const res = await perch.request(path);
+    assert.deepEqual([res.status, (res.json() as { error: { code: string } }).error.code], [404, 'E404'], path);
   }
   assert.equal(upstream.requests.length, calls);
+  // 2^63 - 1 is an id X may have: asked.
+  assert.equal((await perch.request('/v1/users/9223372036854775807')).status, 404);
+  assert.equal(upstream.requests.length, calls + 1);
+  upstream.requests.pop();
   assert.equal(sent(upstream)[0], `/2/users/4040000000000000001?${USER_FIELDS}`);
   for (const [path] of cases) assert.equal((await perch.request(path)).status, 404);
   assert.equal(upstream.requests.length, calls, 'the second ask of each is a cache hit');
@@ -169,6 +182,44 @@ test('x_v2 429 without Retry-After: x-rate-limit-reset sets the cool-down, for t
   clock.advance(1000);
   assert.equal((await perch.request('/v1/users/2244994945/tweets')).status, 200);
   assert.equal(upstream.requests.length, 3, 'called again once the reset came');
+});
+
+test('x_v2 tweets and replies share X\'s window of GET /2/users/:id/tweets: a stop on one holds the other', { timeout: 10_000 }, async (t) => {
+  const { clock, upstream, perch } = await setup(t, (req, res) => {
+    const url = req.url ?? '';
+    if (url.startsWith('/2/users/2244994945/tweets') && !url.includes('exclude=')) {
+      return send(res, 200, xFixtureText('timeline-page1'), { 'x-rate-limit-limit': '900', 'x-rate-limit-remaining': '0', 'x-rate-limit-reset': String(START / 1000 + 300) });
+    }
+    standIn(req, res);
+  });
+  assert.equal((await perch.request('/v1/users/2244994945/tweets')).status, 200);
+  const replies = await perch.request('/v1/users/2244994945/replies');
+  assert.deepEqual([replies.status, replies.headers.get('retry-after')], [429, '300'], 'the window the tweets call spent is the replies\' too');
+  assert.equal((await perch.request('/v1/users/2244994945/following')).status, 200, 'another endpoint, another window');
+  assert.deepEqual(sent(upstream).map((u) => u.split('?')[0]), ['/2/users/2244994945/tweets', '/2/users/2244994945/following']);
+  clock.advance(300_000);
+  assert.equal((await perch.request('/v1/users/2244994945/replies')).status, 200);
+  assert.equal(upstream.requests.length, 3);
+});
+
+test('x_v2 a 503 with Retry-After stops every endpoint, not only the one that drew it', { timeout: 10_000 }, async (t) => {
+  let overloaded = true;
+  const { clock, upstream, perch } = await setup(t, (req, res) => {
+    if (overloaded) {
+      overloaded = false;
+      return send(res, 503, '{"title":"Service Unavailable"}', { 'retry-after': '120' });
+    }
+    standIn(req, res);
+  });
+  const first = await perch.request('/v1/users/2244994945');
+  assert.equal(first.status, 429);
+  for (const path of ['/v1/tweets/1722701605825642574', '/v1/users/2244994945/tweets', '/v1/users/by/username/xdevelopers']) {
+    const res = await perch.request(path);
+    assert.deepEqual([res.status, res.headers.get('retry-after')], [429, '120'], path);
+  }
+  assert.equal(upstream.requests.length, 1, 'no other endpoint called the overloaded X');
+  clock.advance(120_000);
+  assert.equal((await perch.request('/v1/tweets/1722701605825642574')).status, 200);
 });
 
 test('x_v2 usage-capped: the credential stops on every endpoint, logged at error; the other token serves', { timeout: 10_000 }, async (t) => {

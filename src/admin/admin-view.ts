@@ -16,5 +16,7 @@ export interface AdminView {
     readonly keys: KeyStore;
     readonly upstreams: UpstreamSet;
   };
+  /** The start-up configuration: the settings a reload cannot change run at its values. */
+  readonly started: Config;
   readonly reloadStatus: { readonly successful: boolean; readonly lastSuccessMs: number };
 }

@@ -140,7 +140,7 @@ export async function collectStatus(sources: StatusSources): Promise<StatusSnaps
       };
     }),
     cache: {
-      memory: { ...memorySize, max_bytes: now.config.cache.memory.max_bytes, evictions: cache.memory.evictions },
+      memory: { ...memorySize, max_bytes: runtime.started.cache.memory.max_bytes, evictions: cache.memory.evictions },
       redis:
         redisStats === undefined
           ? null

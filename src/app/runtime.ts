@@ -61,11 +61,14 @@ export interface RuntimeOptions {
  */
 export class Runtime {
   #current: RuntimeSnapshot;
+  /** The configuration the process started with: what the settings a reload cannot change run at. */
+  readonly #started: Config;
   readonly #options: RuntimeOptions;
   #reload: ReloadStatus;
 
   constructor(config: Config, options: RuntimeOptions) {
     this.#options = options;
+    this.#started = config;
     this.#current = this.#build(config, undefined);
     // As Prometheus does for its own: the start-up load counts as the first successful one.
     this.#reload = { successful: true, lastSuccessMs: options.clock.now() };
@@ -73,6 +76,14 @@ export class Runtime {
 
   get current(): RuntimeSnapshot {
     return this.#current;
+  }
+
+  /**
+   * The start-up configuration, whose `NEEDS_RESTART` settings (listeners, stores, the memory
+   * cache's size) are those in effect whatever reloads came since.
+   */
+  get started(): Config {
+    return this.#started;
   }
 
   /** How the latest configuration load went, for metrics and `/readyz`. */
@@ -97,7 +108,9 @@ export class Runtime {
     this.#reload = { successful: true, lastSuccessMs: this.#options.clock.now() };
     const { logger } = this.#options;
     logger.level = config.log.level;
-    const ignored = restartNeeded(previous.config, config);
+    // Against what runs, not the previous reload: a value put back is no change, and a value
+    // changed twice is still waiting.
+    const ignored = restartNeeded(this.#started, config);
     if (ignored.length > 0) logger.warn({ settings: ignored }, 'reload: these settings take effect only after a restart');
     previous.upstreams.close().catch((error: unknown) => logger.error({ err: error }, 'reload: error closing old upstreams'));
   }

@@ -68,6 +68,11 @@ function substituteString(text: string, env: NodeJS.ProcessEnv): { text: string;
       break;
     }
     const reference = text.slice(i + 2, close);
+    if (reference.includes('${')) {
+      // `${A:-${B}}` would end at the first `}` and leave a literal `${B` plus a stray `}`.
+      errors.push('"${" inside a reference or its default is not supported (write the default out, or set the variable)');
+      break;
+    }
     i = close + 1;
     if (reference.startsWith(FILE_PREFIX)) {
       const file = readSecretFile(reference.slice(FILE_PREFIX.length));

@@ -108,6 +108,10 @@ function digestOf(problems: Problems, entry: SecretEntry, path: string, needs: s
       problems.add(at, 'must be at least 16 characters (a shorter secret is guessable)');
       return undefined;
     }
+    if (looksLikePlaceholder(entry.key)) {
+      problems.add(at, 'still looks like a "${...}" placeholder after substitution (a variable left unset, or a "$${" that was meant as one)');
+      return undefined;
+    }
     return { digest: createHash('sha256').update(entry.key).digest('hex'), path: at };
   }
   const at = childPath(path, 'sha256');
@@ -135,4 +139,17 @@ export function secretsPastEnd(lists: Readonly<Record<string, readonly { readonl
       );
     }),
   );
+}
+
+/**
+ * A secret that still holds a whole reference after substitution (`${NAME}`, `${NAME:-default}`,
+ * `${file:/path}`) is one that did not resolve. A lone `${` is not: a generated password or a
+ * secret file may hold it, and substituted values stay literal.
+ */
+export function looksLikePlaceholder(secret: string): boolean {
+  return /\$\{(?:[A-Za-z_][A-Za-z0-9_]*(?::-[^}]*)?|file:[^}]*)\}/.test(secret);
+}
+
+export function sha256Hex(secret: string): string {
+  return createHash('sha256').update(secret).digest('hex');
 }

@@ -1,3 +1,4 @@
+import { looksLikePlaceholder } from './rules-keys.js';
 import { callFloorMs, windowLeavesMs } from './call-floor.js';
 import type { Infer } from './dsl.js';
 import type { UPSTREAM } from './schema-upstreams.js';
@@ -155,6 +156,7 @@ export function checkHeaders(problems: Problems, headers: Readonly<Record<string
     seen.set(lower, name);
     if (typeof value !== 'string') problems.add(at, 'must be a string');
     else if (/[\r\n\0]/.test(value)) problems.add(at, 'must not contain a line break or NUL character');
+    else if (looksLikePlaceholder(value)) problems.add(at, 'still looks like a "${...}" placeholder after substitution (a variable left unset, or a "$${" that was meant as one)');
   }
   return Object.fromEntries(Object.entries(headers).filter((entry): entry is [string, string] => typeof entry[1] === 'string'));
 }

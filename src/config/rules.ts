@@ -1,6 +1,6 @@
 import { ENDPOINT_NAMES, type EndpointName } from '../endpoints.js';
 import { OPERATIONAL_PATHS } from '../url-table.js';
-import { resolveKeys, type SecretsSeen } from './rules-keys.js';
+import { resolveKeys, sha256Hex, type SecretsSeen } from './rules-keys.js';
 import { checkRedis } from './rules-redis.js';
 import { checkTracing } from './rules-tracing.js';
 import { checkBatchWindows, resolveUpstream } from './rules-upstreams.js';
@@ -38,6 +38,7 @@ export function applyRules(problems: Problems, file: FileConfig, raw: Record<str
   // References are checked only against a usable section: a missing, broken or empty one is
   // already reported, and repeating that for every reference would bury the report.
   const plans = usable(file.rate_limits);
+  checkPlanWaits(problems, file.rate_limits);
   const secrets: SecretsSeen = new Map();
   const auth = resolveAuth(problems, file.auth, field(raw, 'auth'), plans, secrets);
   const admin = file.admin === undefined ? undefined : resolveAdmin(problems, file.admin, secrets);
@@ -49,6 +50,7 @@ export function applyRules(problems: Problems, file: FileConfig, raw: Record<str
       resolveUpstream(problems, up, isMapping(rawUpstreams) ? field(rawUpstreams, name) : undefined, childPath('upstreams', name), auth.mode === 'upstream'),
     ]),
   );
+  checkCredentialsAgainstKeys(problems, file.upstreams, upstreams, secrets);
   checkBatchWindows(problems, upstreams, server.miss_deadline_ms);
   if (file.cache.redis !== undefined) checkRedis(problems, file.cache.redis, 'cache.redis');
   if (file.rate_limits_redis !== undefined) checkRedis(problems, file.rate_limits_redis, 'rate_limits_redis');
@@ -102,6 +104,30 @@ function resolveAuth(problems: Problems, auth: FileConfig['auth'], raw: unknown,
 const MAX_WAIT_SECONDS = 999_999_999_999_999;
 
 /**
+ * The longest a plan's bucket may take to fill: `x-rate-limit-reset` adds it to the epoch seconds
+ * (10 digits until the year 2286), and the sum must still be an integer of at most 15 digits.
+ */
+const MAX_FILL_SECONDS = MAX_WAIT_SECONDS - 9_999_999_999;
+
+/**
+ * A plan's answers carry `Retry-After` (one token: `1 / refill_per_second`), `RateLimit`'s `t`
+ * (the bucket full: `capacity / refill_per_second`) and `x-rate-limit-reset` (now plus that):
+ * each must stay an integer a client can parse. `refill_per_second: 1e-300` answered
+ * `Retry-After: 9.999999999999999e+299`.
+ */
+function checkPlanWaits(problems: Problems, plans: FileConfig['rate_limits']): void {
+  for (const [name, plan] of Object.entries(plans)) {
+    if (!(plan.capacity >= 1 && plan.refill_per_second > 0)) continue;
+    if (Math.ceil(plan.capacity / plan.refill_per_second) > MAX_FILL_SECONDS) {
+      problems.add(
+        childPath(childPath('rate_limits', name), 'refill_per_second'),
+        `must be at least capacity / ${MAX_FILL_SECONDS} (the bucket fills in at most ${MAX_FILL_SECONDS} seconds, so Retry-After, RateLimit and x-rate-limit-reset stay integers of at most 15 digits)`,
+      );
+    }
+  }
+}
+
+/**
  * A verification 429 asks the client to wait one token of the bucket that refused it, `1 / rate`
  * seconds: of one source's unknown keys (`verify_source_share` of `verify_rate_per_second`), or of
  * the accepted keys (`revalidate_rate_per_second`). Each must be an integer a client can parse:
@@ -145,4 +171,29 @@ function checkMetricsPath(problems: Problems, path: string): void {
   // The API lives under /v1/; a metrics path there would shadow an endpoint.
   else if (path.startsWith('/v1/')) problems.add('metrics.path', 'must not start with "/v1/" (the API uses that prefix)');
   else if (RESERVED_PATHS.includes(path)) problems.add('metrics.path', `must not be ${path} (perch serves that itself)`);
+}
+
+/**
+ * A client or admin key that is also a provider credential would hand the provider's secret to
+ * whoever holds that key (and the other way round). Messages name both paths, never the secret.
+ */
+function checkCredentialsAgainstKeys(problems: Problems, files: FileConfig['upstreams'], upstreams: Readonly<Record<string, UpstreamConfig>>, secrets: SecretsSeen): void {
+  if (secrets.size === 0) return;
+  for (const [name, up] of Object.entries(upstreams)) {
+    if (up.kind === 'fixture') continue;
+    const file = files[name] as { credentials?: unknown } | undefined;
+    const base = childPath('upstreams', name);
+    up.credentials.forEach((credential, i) => {
+      const at = file?.credentials === undefined ? base : indexPath(childPath(base, 'credentials'), i);
+      for (const [header, value] of Object.entries(credential.headers)) {
+        // A bearer token is the secret whichever way it was written: `bearer_token:` (x_v2), or
+        // an `Authorization: Bearer ...` header of any kind.
+        const token = header.toLowerCase() === 'authorization' ? /^Bearer +(.+)$/i.exec(value)?.[1] : undefined;
+        // x_v2 takes its tokens as `bearer_token` only.
+        const shorthand = up.kind === 'x_v2';
+        const key = secrets.get(sha256Hex(value)) ?? (token === undefined ? undefined : secrets.get(sha256Hex(token)));
+        if (key !== undefined) problems.add(shorthand ? childPath(at, 'bearer_token') : childPath(childPath(at, 'headers'), header), `is the same secret as ${key} (a client key must never be a provider credential)`);
+      }
+    });
+  }
 }

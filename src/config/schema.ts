@@ -178,12 +178,15 @@ const admin = obj(
   { readme: '-', doc: 'operator access to `POST /admin/purge` (see [Purging](caching.md#purging)) and the status page; absent: neither exists (404)' },
 );
 
+/** The largest integer a Structured Field carries (RFC 8941: 15 digits): the RateLimit fields' numbers. */
+const MAX_FIELD_INTEGER = 999_999_999_999_999;
+
 const SEE_SHARING = '(see [Sharing the provider](provider.md#sharing-the-provider))';
 
 const plan = obj(
   {
-    capacity: int({ min: 1, required: true, doc: 'token-bucket size: requests allowed at once (positive integer)' }),
-    refill_per_second: num({ min: 0, max: Number.MAX_VALUE, aboveMin: true, required: true, expected: 'a positive number', doc: 'tokens added per second (positive number)' }),
+    capacity: int({ min: 1, max: MAX_FIELD_INTEGER, required: true, doc: 'token-bucket size: requests allowed at once (positive integer of at most 15 digits: `RateLimit-Policy` and `x-rate-limit-limit` carry it)' }),
+    refill_per_second: num({ min: 0, max: Number.MAX_VALUE, aboveMin: true, required: true, expected: 'a positive number', doc: 'tokens added per second (positive number, at least `capacity / 999990000000000`, so that `Retry-After`, `RateLimit` and `x-rate-limit-reset` stay integers of at most 15 digits)' }),
     cost_of_hit: int({ min: 0, max: 1, values: [0, 1], default: 1, expected: '0 or 1', doc: 'tokens a cache hit costs, `0` or `1` (see [Rate limits](rate-limits.md))' }),
     provider_weight: num({
       min: 0.001,
@@ -193,7 +196,13 @@ const plan = obj(
     }),
     provider_calls: obj(
       {
-        limit: int({ min: 1, required: true, readme: 'required with `provider_calls`', doc: `provider calls one key of the plan may make per calendar window, a positive integer ${SEE_SHARING}` }),
+        limit: int({
+          min: 1,
+          max: MAX_FIELD_INTEGER,
+          required: true,
+          readme: 'required with `provider_calls`',
+          doc: `provider calls one key of the plan may make per calendar window, a positive integer of at most 15 digits (\`RateLimit-Policy\` carries it) ${SEE_SHARING}`,
+        }),
         window: str({
           enum: ['hour', 'day', 'month'] as const,
           required: true,

@@ -3,7 +3,7 @@
  * is still the representation perch would send, so a 304 without a body does.
  */
 
-const ASCTIME = /^[A-Za-z]{3} [A-Za-z]{3} [ \d]\d \d\d:\d\d:\d\d \d{4}$/;
+import { parseHttpDate } from '../http-date.js';
 
 /**
  * True when the request's validators match: `If-None-Match` lists the representation's tag (weak
@@ -11,15 +11,15 @@ const ASCTIME = /^[A-Za-z]{3} [A-Za-z]{3} [ \d]\d \d\d:\d\d:\d\d \d{4}$/;
  * `If-Modified-Since` is a valid date no earlier than `lastModifiedMs` (whole seconds, as
  * `Last-Modified` carries it). `sharedSecond`: another body was the answer within the second of
  * `lastModifiedMs`, so a date of that very second may name either, and only a later one matches.
- * A malformed date is ignored, as the RFC requires.
+ * A date in none of the three HTTP-date forms is ignored, as the RFC requires (`nowMs` places an
+ * rfc850 two-digit year).
  */
-export function notModified(ifNoneMatch: string | undefined, ifModifiedSince: string | undefined, etag: string, lastModifiedMs: number, sharedSecond = false): boolean {
+export function notModified(ifNoneMatch: string | undefined, ifModifiedSince: string | undefined, etag: string, lastModifiedMs: number, sharedSecond = false, nowMs = Date.now()): boolean {
   if (ifNoneMatch !== undefined) return ifNoneMatch.trim() === '*' || listsTag(ifNoneMatch, etag);
   if (ifModifiedSince === undefined) return false;
-  // asctime dates carry no zone, and Date.parse would read them in the machine's; HTTP-dates are GMT.
-  const since = Date.parse(ASCTIME.test(ifModifiedSince) ? `${ifModifiedSince} GMT` : ifModifiedSince);
+  const since = parseHttpDate(ifModifiedSince, nowMs);
   const second = Math.floor(lastModifiedMs / 1000) * 1000;
-  return Number.isFinite(since) && (sharedSecond ? second < since : second <= since);
+  return since !== undefined && (sharedSecond ? second < since : second <= since);
 }
 
 /**

@@ -11,6 +11,8 @@ import { createCredentialPool } from './credential-pool.js';
 import { NO_EVENTS, type BreakerState, type CredentialState, type UpstreamEvents } from './events.js';
 import { createFixtureUpstream } from './fixture/fixture-upstream.js';
 import { createGuard } from './guard.js';
+import { X_SHARED_WINDOWS } from './x-v2/replies-source.js';
+import { keyStopsBySecret } from './guard/credential-keyed-state.js';
 import { ANY, type ProviderState, type StopState } from './guard/provider-state.js';
 import { forwardClientKey } from './client-key.js';
 import { answerKnown } from './known-answer.js';
@@ -100,11 +102,13 @@ export function buildUpstream(name: string, config: UpstreamConfig, options: Cha
       },
     },
   });
-  const pool = createCredentialPool({ upstream: name, config, state, clock, logger, events });
+  // Stops are per credential secret: a rotated secret under the same id starts clean.
+  const stops = keyStopsBySecret(state, config.credentials, config.kind === 'x_v2' ? X_SHARED_WINDOWS : {});
+  const pool = createCredentialPool({ upstream: name, config, state: stops, clock, logger, events });
   // Every series exists from the start (a reload starts credentials afresh, as revocations do).
   for (const credential of config.credentials) events.credentialState(name, credential.id, 'active');
   events.breakerState(name, 'closed');
-  const guard = createGuard({ upstream: name, config, state, clock, timers, events });
+  const guard = createGuard({ upstream: name, config, state: stops, clock, timers, events });
   const budget = { upstream: name, state, clock, events, book: options.budgets };
   const batching = config.kind === 'x_v2' && config.batch.enabled;
   // Batched misses are charged one each above the batch layer, as X bills them (per item read,

@@ -83,10 +83,12 @@ export function createCredentialPool(options: CredentialPoolOptions): Credential
         return { again: true, result: { ...result, untilMs, retryAfterSeconds: config.usage_cap_seconds } };
       }
       const whole = result.cause === 'status_503';
-      record({ credential: whole ? ANY : credential, scope, untilMs: result.untilMs, state: 'cooling_down' });
+      // An overloaded provider is overloaded on every endpoint: a 503 stops them all, whatever
+      // `cooldown_scope` says of 429s.
+      record({ credential: whole ? ANY : credential, scope: whole ? ANY : scope, untilMs: result.untilMs, state: 'cooling_down' });
       if (standing.get(credential)?.state !== 'cooling_down') {
         logger.warn(
-          { upstream, credential: whole ? ANY : credential, route, scope, cause: result.cause, retry_after: result.retryAfterSeconds },
+          { upstream, credential: whole ? ANY : credential, route, scope: whole ? ANY : scope, cause: result.cause, retry_after: result.retryAfterSeconds },
           'provider said stop: cooling down',
         );
       }

@@ -1,3 +1,5 @@
+import { parseImfFixdate } from '../http-date.js';
+
 /** Longest wait perch honours; a provider asking for more is still asked again within a day. */
 export const MAX_RETRY_AFTER_SECONDS = 86_400;
 
@@ -18,11 +20,6 @@ export function rateLimitUntil(
   return Math.min(nowMs + MAX_RETRY_AFTER_SECONDS * 1000, Math.max(nowMs + 1000, until));
 }
 
-const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
-const DAYS = ['Sun', 'Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat'];
-/** IMF-fixdate (RFC 9110 5.6.7): `Sun, 06 Nov 1994 08:49:37 GMT`, nothing else. */
-const IMF_FIXDATE = /^(Mon|Tue|Wed|Thu|Fri|Sat|Sun), ([0-9]{2}) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) ([0-9]{4}) ([0-9]{2}):([0-9]{2}):([0-9]{2}) GMT$/;
-
 /**
  * Delay-seconds or an IMF-fixdate only. `Date.parse` reads far more than HTTP dates: "1.5", "-1"
  * and "+60" came out as dates in the past, each a 1 s stop that hid a valid `x-rate-limit-reset`
@@ -32,14 +29,7 @@ function parseRetryAfter(value: string | undefined, nowMs: number): number | und
   if (value === undefined) return undefined;
   const trimmed = value.trim();
   if (/^[0-9]{1,10}$/.test(trimmed)) return nowMs + Number(trimmed) * 1000;
-  const date = IMF_FIXDATE.exec(trimmed);
-  if (date === null) return undefined;
-  const [, weekday, day, month, year, hour, minute, second] = date;
-  const ms = Date.UTC(Number(year), MONTHS.indexOf(month!), Number(day), Number(hour), Number(minute), Number(second));
-  // Date.UTC rolls 31 Feb over into March and 24:00 into the next day: such a date is not one.
-  const parsed = new Date(ms);
-  const exact = parsed.getUTCDate() === Number(day) && parsed.getUTCHours() === Number(hour) && parsed.getUTCMinutes() === Number(minute) && parsed.getUTCSeconds() === Number(second);
-  return exact && DAYS[parsed.getUTCDay()] === weekday ? ms : undefined;
+  return parseImfFixdate(trimmed);
 }
 
 /** Epoch seconds to epoch ms; undefined unless the value is a plain integer. */

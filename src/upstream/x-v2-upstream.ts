@@ -26,11 +26,13 @@ const MAPPINGS: Readonly<Record<EndpointName, (body: unknown) => object>> = {
 const LISTINGS: ReadonlySet<EndpointName> = new Set(['tweets', 'replies', 'following']);
 
 /**
- * X's own rules for ids (64-bit: at most 19 digits) and usernames (at most 15 characters). The
+ * X's own rules for ids (signed 64-bit: at most 2^63 - 1) and usernames (at most 15 characters). The
  * interface allows more; X answers those 400, which would read as X failing and count against
  * the breaker. No such user or tweet can exist, so they are not found, without a call.
  */
 const X_ID = /^[0-9]{1,19}$/;
+/** X's ids are signed 64-bit integers: 9223372036854775808 and above have 19 digits but no user. */
+const X_ID_MAX = 2n ** 63n - 1n;
 const X_USERNAME = /^[A-Za-z0-9_]{1,15}$/;
 
 /**
@@ -52,7 +54,8 @@ const X_V2_DIALECT: Dialect = {
   known({ params }) {
     const { user_id: userId, tweet_id: tweetId, username } = params;
     const fits = (value: string | undefined, rule: RegExp) => value === undefined || rule.test(value);
-    return fits(userId, X_ID) && fits(tweetId, X_ID) && fits(username, X_USERNAME) ? undefined : { kind: 'not_found', unasked: true };
+    const id = (value: string | undefined) => fits(value, X_ID) && (value === undefined || BigInt(value) <= X_ID_MAX);
+    return id(userId) && id(tweetId) && fits(username, X_USERNAME) ? undefined : { kind: 'not_found', unasked: true };
   },
   // X's 403 is about the endpoint, not the token: an endpoint outside the app's plan (following,
   // on some plans) answers 403 while every other endpoint still serves that same token.

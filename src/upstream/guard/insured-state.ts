@@ -188,7 +188,7 @@ export class InsuredProviderState implements ProviderState {
    * a fleet-wide slot until its lease ends. One Redis cannot take goes back with the write-back.
    */
   finish(upstream: string, leaseId: string): void {
-    const leaseEnd = this.#memory.finish(upstream, leaseId);
+    const { lease: leaseEnd, quotaName } = this.#memory.finish(upstream, leaseId);
     const missed = () => {
       if (leaseEnd !== undefined) {
         let unreleased = this.#unreleased.get(upstream);
@@ -205,7 +205,7 @@ export class InsuredProviderState implements ProviderState {
       this.#diverge(upstream);
     };
     if (this.#upstream(upstream).state === 'open') missed();
-    else this.#redis.finish(upstream, leaseId, missed);
+    else this.#redis.finish(upstream, leaseId, missed, quotaName);
   }
 
   withdraw(upstream: string, payer: string): void {

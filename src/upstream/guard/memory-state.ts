@@ -1,4 +1,6 @@
+import { randomBytes } from 'node:crypto';
 import type { Clock } from '../../clock.js';
+import { QuotaLog } from './quota-log.js';
 import { CLOCK_GRANULARITY_MS, stopKeysFor, type Admission, type AdmitQuery, type CallCap, type HeldCall, type ProviderState, type Spend, type SpendQuery, type Stop, type StopState } from './provider-state.js';
 
 /** Slack for floating-point refills, as in the client token buckets. */
@@ -13,11 +15,12 @@ interface Ledger {
   tokens: number;
   at: number;
   /**
-   * The sliding logs of the rate and the quota: call -> when its window membership starts to
-   * age (its answer; in flight, the end of its lease).
+   * The rate's sliding log: call -> when its window membership starts to age (its answer; in
+   * flight, the end of its lease). It holds about a second's calls, so one entry each is cheap.
    */
   readonly recent: Map<string, number>;
-  readonly quota: Map<string, number>;
+  /** The quota's, whose window may be a month: counted per slice (quota-log.ts). */
+  quota: QuotaLog | undefined;
   /** Concurrency leases: id -> expiry. */
   readonly leases: Map<string, number>;
 }
@@ -29,6 +32,11 @@ interface Ledger {
  */
 export class MemoryProviderState implements ProviderState {
   readonly #clock: Clock;
+  /**
+   * Names this state's answered quota calls (`held`, and in Redis once answered): 72 random bits,
+   * unique across a fleet and its restarts, and a name no longer than the lease id it replaces.
+   */
+  readonly #id = randomBytes(9).toString('base64url');
   readonly #stops = new Map<string, { untilMs: number; state: StopState }>();
   /** Turns taken with `claim`, until when. */
   readonly #claims = new Map<string, number>();
@@ -62,7 +70,6 @@ export class MemoryProviderState implements ProviderState {
     const now = this.#clock.now();
     const ledger = this.#ledger(query.upstream, query.cap, now);
     if (query.cap.rate !== undefined) dropAged(ledger.recent, query.cap.rate.windowMs, now);
-    if (query.cap.quota !== undefined) dropAged(ledger.quota, query.cap.quota.windowMs, now);
     take(ledger, query, now);
   }
 
@@ -73,8 +80,18 @@ export class MemoryProviderState implements ProviderState {
   held(upstream: string): HeldCall[] {
     const ledger = this.#ledgers.get(upstream);
     if (ledger === undefined) return [];
-    const ids = new Set([...ledger.recent.keys(), ...ledger.quota.keys(), ...ledger.leases.keys()]);
-    return [...ids].map((id) => ({ id, recent: ledger.recent.get(id), quota: ledger.quota.get(id), lease: ledger.leases.get(id) }));
+    const calls: HeldCall[] = [];
+    // Answered quota calls are counts per mark; each goes back as that many calls, named by this
+    // state, the mark and their rank: the name its finish gave it in Redis too (`finish`), so
+    // that writing back to a Redis that kept them, or twice, adds nothing, and two instances'
+    // counts never merge.
+    for (const [mark, count] of ledger.quota?.answered(this.#clock.now()) ?? []) {
+      for (let i = 0; i < count; i++) calls.push({ id: this.#answeredName(`${mark}:${i}`), recent: undefined, quota: mark, lease: undefined });
+    }
+    const inFlight = ledger.quota?.inFlight;
+    const ids = new Set([...ledger.recent.keys(), ...(inFlight?.keys() ?? []), ...ledger.leases.keys()]);
+    for (const id of ids) calls.push({ id, recent: ledger.recent.get(id), quota: inFlight?.get(id), lease: ledger.leases.get(id) });
+    return calls;
   }
 
   /** The upstreams with calls counted here. */
@@ -129,16 +146,23 @@ export class MemoryProviderState implements ProviderState {
     return undefined;
   }
 
-  /** Also answers the end of the call's lease, if it held one. */
-  finish(upstream: string, leaseId: string): number | undefined {
+  /**
+   * Also answers the end of the call's lease, if it held one, and the name the call has from now
+   * on in the quota's answered calls (as `held` writes it back), if the quota counted it.
+   */
+  finish(upstream: string, leaseId: string): { lease: number | undefined; quotaName: string | undefined } {
     const ledger = this.#ledgers.get(upstream);
-    if (ledger === undefined) return undefined;
+    if (ledger === undefined) return { lease: undefined, quotaName: undefined };
     const now = this.#clock.now();
     if (ledger.recent.has(leaseId)) ledger.recent.set(leaseId, now);
-    if (ledger.quota.has(leaseId)) ledger.quota.set(leaseId, now);
+    const answered = ledger.quota?.settle(leaseId, now);
     const lease = ledger.leases.get(leaseId);
     ledger.leases.delete(leaseId);
-    return lease;
+    return { lease, quotaName: answered === undefined ? undefined : this.#answeredName(answered) };
+  }
+
+  #answeredName(nameInLog: string): string {
+    return `${this.#id}:${nameInLog}`;
   }
 
   stop(stop: Stop): void {
@@ -181,8 +205,12 @@ export class MemoryProviderState implements ProviderState {
   #ledger(upstream: string, cap: CallCap, now: number): Ledger {
     let ledger = this.#ledgers.get(upstream);
     if (ledger === undefined) {
-      ledger = { tokens: cap.rate?.burst ?? 0, at: now, recent: new Map(), quota: new Map(), leases: new Map() };
+      ledger = { tokens: cap.rate?.burst ?? 0, at: now, recent: new Map(), quota: undefined, leases: new Map() };
       this.#ledgers.set(upstream, ledger);
+    }
+    const quota = cap.quota;
+    if (quota !== undefined && (ledger.quota?.windowMs !== quota.windowMs || ledger.quota.limit !== quota.requests)) {
+      ledger.quota = ledger.quota?.rebuilt(quota.windowMs, quota.requests, now) ?? new QuotaLog(quota.windowMs, quota.requests);
     }
     return ledger;
   }
@@ -204,7 +232,7 @@ function waitFor(ledger: Ledger, cap: CallCap, now: number): number {
     if (held > 0 && held >= tokenWait) holdBurst(ledger, now + held);
     wait = Math.max(wait, tokenWait, held);
   }
-  if (cap.quota !== undefined) wait = Math.max(wait, windowWait(ledger.quota, cap.quota.requests, cap.quota.windowMs, now));
+  if (cap.quota !== undefined) wait = Math.max(wait, ledger.quota!.wait(now, IN_FLIGHT_POLL_MS));
   if (cap.maxConcurrent !== undefined) {
     for (const [id, expiry] of ledger.leases) if (expiry <= now) ledger.leases.delete(id);
     if (ledger.leases.size >= cap.maxConcurrent) wait = Math.max(wait, IN_FLIGHT_POLL_MS);
@@ -253,7 +281,7 @@ function take(ledger: Ledger, query: AdmitQuery, now: number): void {
     ledger.tokens = Math.max(0, ledger.tokens - 1);
     ledger.recent.set(query.leaseId, inFlight);
   }
-  if (cap.quota !== undefined) ledger.quota.set(query.leaseId, inFlight);
+  if (cap.quota !== undefined) ledger.quota!.hold(query.leaseId, inFlight);
   if (cap.maxConcurrent !== undefined) ledger.leases.set(query.leaseId, inFlight);
 }
 

@@ -212,10 +212,23 @@ export function compileCap(config: ProviderProtectionConfig, share = 1): CallCap
   return cap;
 }
 
-/** The stop records that can block `credential` at `scope`, most specific first. */
+/**
+ * The stop records that can block `credential` at `scope`, most specific first. A credential
+ * named `id@fingerprint` (credential-keyed-state.ts) is also blocked by a stop recorded under its
+ * bare id, the form perch wrote before stops were keyed by the secret: a fleet upgraded while
+ * the provider had a credential stopped keeps honouring that stop until it ends. No stop is
+ * written in that form any more.
+ */
 export function stopKeysFor(credential: string, scope: string): [string, string][] {
   const keys: [string, string][] = [[credential, scope]];
-  if (scope !== ANY) keys.push([credential, ANY], [ANY, scope]);
+  const at = credential.indexOf('@');
+  const legacy = at > 0 ? credential.slice(0, at) : undefined;
+  if (legacy !== undefined) keys.push([legacy, scope]);
+  if (scope !== ANY) {
+    keys.push([credential, ANY]);
+    if (legacy !== undefined) keys.push([legacy, ANY]);
+    keys.push([ANY, scope]);
+  }
   keys.push([ANY, ANY]);
   return keys;
 }

@@ -238,14 +238,20 @@ return 1
 
 /**
  * A call has its answer: its marks in the windows move to now (they age from here), its lease
- * ends. XX: a mark already aged out of its log is not brought back.
- * KEYS rate log, quota log, leases; ARGV lease id.
+ * ends. XX: a mark already aged out of its log is not brought back. In the quota log the call
+ * takes the name the instance's memory now counts it by (ARGV[2], when it has one), so that a
+ * write-back of memory's count to a Redis that kept the call counts it once, not twice.
+ * KEYS rate log, quota log, leases; ARGV lease id, quota name ('' to keep the lease id).
  */
 const FINISH_SCRIPT = `
 local time = redis.call('TIME')
 local rnow = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 redis.call('ZADD', KEYS[1], 'XX', rnow, ARGV[1])
-redis.call('ZADD', KEYS[2], 'XX', rnow, ARGV[1])
+if ARGV[2] == '' then
+  redis.call('ZADD', KEYS[2], 'XX', rnow, ARGV[1])
+elseif redis.call('ZREM', KEYS[2], ARGV[1]) == 1 then
+  redis.call('ZADD', KEYS[2], rnow, ARGV[2])
+end
 redis.call('ZREM', KEYS[3], ARGV[1])
 return 1
 `;
@@ -385,7 +391,7 @@ const WITHDRAW = 'perchWithdrawPayer';
 interface WithScripts {
   [ADMIT](...args: (string | number)[]): Promise<[string, string, string?]>;
   [STOP](key: string, until: string, state: string, ttl: number): Promise<number>;
-  [FINISH](recent: string, quota: string, leases: string, lease: string): Promise<number>;
+  [FINISH](recent: string, quota: string, leases: string, lease: string, quotaName: string): Promise<number>;
   [LIFT](key: string, state: string): Promise<number>;
   [WITHDRAW](fair: string, waiting: string, live: string, payer: string): Promise<number>;
   [OUTCOMES](key: string, ...args: (string | number)[]): Promise<[number, number, number]>;
@@ -433,7 +439,8 @@ export class RedisProviderState implements ProviderState {
     // command timeout) rather than report an outage that is not one.
     if (!this.#everReady && !this.#connectionFailed) await this.#awaitFirstConnection();
     const base = this.upstreamKey(query.upstream);
-    const per = stopKeysFor('x', query.scope).length;
+    // Every candidate of one call has stop keys of one form (configured ids, or a client's own key).
+    const per = stopKeysFor(query.candidates[0] ?? 'x', query.scope).length;
     const stopKeys = query.candidates.flatMap((c) => stopKeysFor(c, query.scope).map(([cr, sc]) => `${base}:stop:${cr}:${sc}`));
     const keys = [`${base}:bucket`, `${base}:recent`, `${base}:quota`, `${base}:leases`, `${base}:fair`, `${base}:fairq`, `${base}:fairlive`, ...stopKeys];
     const { rate, quota, maxConcurrent } = query.cap;
@@ -470,11 +477,11 @@ export class RedisProviderState implements ProviderState {
     this.#scripts[WITHDRAW](`${base}:fair`, `${base}:fairq`, `${base}:fairlive`, payer).catch(() => undefined);
   }
 
-  finish(upstream: string, leaseId: string, lost?: () => void): void {
+  finish(upstream: string, leaseId: string, lost?: () => void, quotaName = ''): void {
     const base = this.upstreamKey(upstream);
     // Not awaited: the answer is already on its way to the client. A lost finish only keeps the
     // call counted until its lease ends, which errs on the provider's side; `lost` hears of it.
-    this.#scripts[FINISH](`${base}:recent`, `${base}:quota`, `${base}:leases`, leaseId).catch(() => lost?.());
+    this.#scripts[FINISH](`${base}:recent`, `${base}:quota`, `${base}:leases`, leaseId, quotaName).catch(() => lost?.());
   }
 
   /** Writes one instance's calls of `upstream` into the shared logs and leases (WRITE_BACK_SCRIPT). */

@@ -34,3 +34,9 @@ export const REPLIES_SOURCE: RepliesSource = {
   // The one field v2 sets on replies only.
   keep: (tweet) => typeof tweet.in_reply_to_user_id === 'string',
 };
+
+/**
+ * Replies read `GET /2/users/:id/tweets`, the tweets endpoint's request and so its X rate-limit
+ * window: a stop X gives either endpoint holds both.
+ */
+export const X_SHARED_WINDOWS: Readonly<Record<string, string>> = { replies: 'tweets' };
