@@ -169,7 +169,7 @@ test('the budget book keeps an entry per key only for its window: churning clien
 test('bad budgets are configuration errors that name the key', () => {
   const yaml = (budget: string) => withBudget('demo: { kind: fixture }', budget);
   assert.throws(() => parseConfig(yaml('{ limit: 10, window: week }'), {}), /rate_limits\.metered\.provider_calls\.window: must be one of hour, day, month/);
-  assert.throws(() => parseConfig(yaml('{ limit: 0, window: day }'), {}), /rate_limits\.metered\.provider_calls\.limit: must be a positive integer/);
+  assert.throws(() => parseConfig(yaml('{ limit: 0, window: day }'), {}), /rate_limits\.metered\.provider_calls\.limit: must be an integer from 1 to 999999999999999/);
   assert.throws(() => parseConfig(yaml('{ limit: 10 }'), {}), /rate_limits\.metered\.provider_calls\.window: is required/);
   assert.throws(() => parseConfig(yaml('{ limit: 10, window: day, burst: 2 }'), {}), /rate_limits\.metered\.provider_calls\.burst: unknown key/);
   assert.deepEqual(parseConfig(yaml('{ limit: 10, window: day }'), {}).rate_limits.metered!.provider_calls, { limit: 10, window: 'day' });

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 import { ConfigError, parseConfig } from '../src/config/load.js';
 import { ManualClock } from './helpers/clock.js';
+import { onCleanup } from './helpers/cleanup.js';
 import { startPerch } from './helpers/perch.js';
 import { runCli } from './helpers/perch-process.js';
 import { tempDir } from './helpers/temp-dir.js';
@@ -74,7 +75,7 @@ test('a keep-alive connection that presented a secret before its not_after is re
   const perch = await startPerch(t, yaml(), { clock, timers: clock });
   const { Agent, request } = await import('undici');
   const agent = new Agent({ connections: 1 });
-  t.after(() => agent.close());
+  onCleanup(t, () => agent.close());
   const get = async () => (await request(`${perch.url}/v1/users/1`, { dispatcher: agent, headers: { 'x-api-key': OLD } })).statusCode;
   assert.equal(await get(), 200);
   clock.advance(60_001);
