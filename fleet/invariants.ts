@@ -41,9 +41,14 @@ const REDIS_FAULTS = new Set(['redis-kill', 'redis-freeze', 'relay-cut', 'relay-
 /** Such faults that touch [from, to] (one ending within SETTLE_MS before `from` included), the fleet's start too. */
 export function redisTrouble(h: History, from: number, to: number): FaultEvent[] {
   const faults = h.faults.filter((f) => REDIS_FAULTS.has(f.kind) && f.at <= to && f.until + SETTLE_MS >= from);
-  const started = Math.max(0, ...h.procs.filter((p) => p.kind === 'start' && p.gen === 1).map((p) => p.at));
+  const started = Math.max(-Infinity, ...h.procs.filter((p) => p.kind === 'start' && p.gen === 1).map((p) => p.at));
   if (from <= started + SETTLE_MS) faults.unshift({ t: 'fault', kind: 'fleet-start', at: 0, until: started });
   return faults;
+}
+
+/** Every fault touching [from, to], and the fleet's start: a limiter's state may be anyone's then. */
+function anyTrouble(h: History, from: number, to: number): FaultEvent[] {
+  return [...redisTrouble(h, from, to), ...h.faults.filter((f) => !REDIS_FAULTS.has(f.kind) && f.at <= to && f.until + SETTLE_MS >= from)];
 }
 
 /** The largest caps of upstream `u` in effect at any time in [from, to] (a SIGHUP takes a moment to apply). */
@@ -218,7 +223,7 @@ export const rateLimitUpper: Invariant = {
           const allowed = plan.capacity + plan.refill * (dt + SLACK_MS / 1000) + 1;
           if (j - i + 1 - allowed > admitted.length - j) break;
           if (j - i + 1 > allowed) {
-            const trouble = h.faults.filter((f) => f.at <= admitted[j]!.sent && f.until + SETTLE_MS >= admitted[i]!.sent);
+            const trouble = anyTrouble(h, admitted[i]!.sent, admitted[j]!.sent);
             out.push({ invariant: 'rateLimitUpper', message: `key ${key}: ${j - i + 1} admitted in ${dt.toFixed(3)} s, plan allows ${allowed.toFixed(1)}`, at: admitted[j]!.sent, slice: [...trouble, admitted[i]!, admitted[j]!], ...(trouble.length > 0 ? { openIssue: 55 } : {}) });
             i = admitted.length;
             break;
@@ -244,14 +249,15 @@ export function leaseAllowance(plan: Plan, instances: number): number {
  */
 export const underPlanNeverRefused: Invariant = {
   name: 'underPlanNeverRefused',
-  bound: 'a refusal by the limiter only when the plan\'s bucket, replayed from what the key sent, holds < 1 + the lease allowance (2 x instances x min(lease, capacity / (2 x instances)), plans of 20 or more)',
+  bound: 'a refusal by the limiter only when the plan\'s bucket, replayed from what the key sent, holds < 1.5 + 0.1 s of refill + the lease allowance (2 x instances x min(lease, capacity / (2 x instances)), plans of 20 or more)',
   openIssue: 55,
   check: (h) => {
     const out: Violation[] = [];
     for (const [key, all] of requestsByKey(h)) {
       const plan = planOf(h, key);
       if (plan === undefined) continue;
-      const allowance = leaseAllowance(plan, h.run.instances) + 1;
+      // One token, and half a token and a tenth of a second's refill for the clocks (ours, Redis TIME).
+      const allowance = leaseAllowance(plan, h.run.instances) + 1.5 + plan.refill * 0.1;
       let tokens = plan.capacity;
       let last = all[0]?.sent ?? 0;
       // Pass-through: a key is the provider's to accept; only refusals after its first answer count.
@@ -261,7 +267,7 @@ export const underPlanNeverRefused: Invariant = {
         last = r.sent;
         if (rateLimited(r)) {
           if (accepted && tokens >= allowance) {
-            const trouble = h.faults.filter((f) => f.at <= r.sent && f.until + SETTLE_MS >= r.sent - 10_000);
+            const trouble = anyTrouble(h, r.sent - 10_000, r.sent);
             const open = plan.capacity >= 20 || trouble.length > 0;
             out.push({ invariant: 'underPlanNeverRefused', message: `key ${key} refused at t=${Math.round(r.sent)} with ${tokens.toFixed(1)} tokens left in its plan (allowance ${allowance})`, at: r.sent, slice: [...trouble, ...all.filter((o) => o.sent <= r.sent).slice(-5)], ...(open ? { openIssue: 55 } : {}) });
             break;
