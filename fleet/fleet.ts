@@ -76,7 +76,8 @@ export function drawShape(prng: Prng, seed: number, instances: number, perch: st
     graceMs: prng.pick([1000, 2000]),
     budgetPrefix: '/v1/users/77',
   };
-  return { run, batchWindowMs: prng.pick([0, 5, 20]), queueTimeoutMs: prng.pick([10, 200, 1000]), verifyTtl: prng.pick([2, 3, 5]) };
+  // Short queue timeouts beside batch windows: where waiting for company meets the queue bound.
+  return { run, batchWindowMs: prng.pick([0, 5, 20, 50]), queueTimeoutMs: prng.pick([0, 10, 200, 1000]), verifyTtl: prng.pick([2, 3, 5]) };
 }
 
 /** One instance's YAML, with `caps` and `ttl` as a SIGHUP may have changed them. */

@@ -173,7 +173,8 @@ export const providerStops: Invariant = {
       else continue;
       const bad = calls.find((c) => c.cred === stop.cred && c.start > stop.end + 150 && c.start < until - 150);
       if (bad === undefined) continue;
-      const trouble = redisTrouble(h, stop.end, bad.start);
+      // Issue 56: stops hold across Redis restarts and reloads.
+      const trouble = [...redisTrouble(h, stop.end, bad.start), ...h.faults.filter((f) => f.kind === 'sighup' && f.at >= stop.end && f.at <= bad.start)];
       out.push({ invariant: 'providerStops', message: `call on ${bad.cred} at t=${Math.round(bad.start)} within the stop of its ${stop.status} at t=${Math.round(stop.end)} (until t=${Math.round(until)})`, at: bad.start, slice: [...trouble, stop, bad], ...(trouble.length > 0 ? { openIssue: 56 } : {}) });
     }
     return out;
