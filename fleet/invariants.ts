@@ -87,6 +87,8 @@ function windowCheck(h: History, name: string, windowMs: (caps: Caps) => number,
   const out: Violation[] = [];
   for (const u of ['v1', 'x'] as const) {
     const calls = callsOf(h, u);
+    let reportedUntil = -Infinity;
+    const reportedKills = new Set<FaultEvent>();
     for (let i = 0; i < calls.length; i++) {
       const from = calls[i]!.start;
       const caps = capsDuring(h, u, from, from)!;
@@ -95,17 +97,23 @@ function windowCheck(h: History, name: string, windowMs: (caps: Caps) => number,
       while (j < calls.length && calls[j]!.start < end) j++;
       const count = j - i;
       const limit = bound(capsDuring(h, u, from, end)!);
-      if (count > limit) {
-        const trouble = redisTrouble(h, from, end);
-        out.push({
-          invariant: name,
-          message: `${u}: ${count} calls in ${windowMs(caps)} ms from t=${Math.round(from)}, ${what} ${limit}`,
-          at: from,
-          slice: [...trouble, ...calls.slice(i, j)],
-          ...(trouble.length > 0 ? { openIssue: 56 } : {}),
-        });
-        i = j; // one report per burst
-      }
+      if (count <= limit) continue;
+      const trouble = redisTrouble(h, from, end);
+      // Which part came after Redis restarted empty within the window, when the part before kept the bound.
+      const kill = trouble.find((f) => f.kind === 'redis-kill' && f.until >= from && !reportedKills.has(f));
+      const before = kill === undefined ? 0 : calls.slice(i, j).filter((c) => c.start < kill.until).length;
+      const afterKill = kill !== undefined && before <= limit;
+      // One report per burst, and one per Redis restart that the bound broke across.
+      if (from < reportedUntil && !afterKill) continue;
+      if (afterKill) reportedKills.add(kill);
+      reportedUntil = end;
+      out.push({
+        invariant: name,
+        message: `${u}: ${count} calls in ${windowMs(caps)} ms from t=${Math.round(from)}, ${what} ${limit}${afterKill ? `; ${count - before} of them after Redis restarted empty at t=${Math.round(kill.until)}` : ''}`,
+        at: from,
+        slice: [...trouble, ...calls.slice(i, j)],
+        ...(trouble.length > 0 ? { openIssue: 56 } : {}),
+      });
     }
   }
   return out;

@@ -91,6 +91,14 @@ describe('fleet invariants', () => {
     assert.equal(providerQuota.check(history({ procs: [STARTED], calls: [...five, call(9_000)] })).length, 1);
   });
 
+  it('providerQuota: a quota broken across a Redis restart says how many calls came after it', () => {
+    const before = [0, 1000, 2000, 3000, 4000].map((t) => call(t));
+    const found = providerQuota.check(history({ procs: [STARTED], faults: [redisKill(5000)], calls: [...before, call(6000)] }));
+    assert.equal(found.length, 1);
+    assert.equal(found[0]!.openIssue, 56);
+    assert.match(found[0]!.message, /6 calls in 10000 ms from t=0, quota 5; 1 of them after Redis restarted empty at t=5500$/);
+  });
+
   it('providerConcurrency: 2 calls overlapping pass max_concurrent 2, 3 are caught', () => {
     const long = (start: number) => call(start, { end: start + 1000 });
     assert.equal(providerConcurrency.check(history({ procs: [STARTED], calls: [long(0), long(100), long(1000)] })).length, 0);
