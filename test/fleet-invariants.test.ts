@@ -111,10 +111,13 @@ describe('fleet invariants', () => {
     assert.equal(providerStops.check(history({ calls: [stop, call(1500)] })).length, 1);
   });
 
-  it('providerStops: a 401 keeps the credential out until a reload', () => {
+  it('providerStops: after a 401, one more 401 per process that learns it for itself, until a reload', () => {
     const reject = call(0, { status: 401 });
-    assert.equal(providerStops.check(history({ calls: [reject, call(5000)] })).length, 1);
-    assert.equal(providerStops.check(history({ calls: [reject, call(5000)], configs: [{ t: 'config', at: 4000, caps: RUN.caps, ttl: 2 }] })).length, 0);
+    const again = (t: number) => call(t, { status: 401 });
+    const two = [STARTED, { ...STARTED, inst: 1 }];
+    assert.equal(providerStops.check(history({ procs: two, calls: [reject, again(1000), again(2000)] })).length, 0);
+    assert.equal(providerStops.check(history({ procs: two, calls: [reject, again(1000), again(2000), again(3000)] })).length, 1);
+    assert.equal(providerStops.check(history({ procs: two, calls: [reject, again(1000), again(2000), again(5000)], configs: [{ t: 'config', at: 4000, caps: RUN.caps, ttl: 2 }] })).length, 0);
   });
 
   it('perKeyBudget: the budget key\'s paths get at most its limit of calls', () => {
