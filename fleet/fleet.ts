@@ -44,7 +44,8 @@ export function drawShape(prng: Prng, seed: number, instances: number, perch: st
   const caps: Caps = {
     rate,
     maxConcurrent: prng.pick([2, 4, 8]),
-    quota: { requests: rate * prng.int(4, 12), perSeconds: prng.pick([10, 20, 30]) },
+    // In pass-through every made-up key costs a verifying call: a quota they can spend would hide the rest.
+    quota: { requests: rate * prng.int(4, 12) * (passThrough ? 20 : 1), perSeconds: prng.pick([10, 20, 30]) },
     downShare: Math.round((1 / instances) * 1000) / 1000,
   };
   const xRate = prng.pick([2, 5]);

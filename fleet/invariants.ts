@@ -440,13 +440,18 @@ export const authOnlyAccepted: Invariant = {
  */
 export const refusalOnlyOverCap: Invariant = {
   name: 'refusalOnlyOverCap',
-  bound: 'a provider-side 429 only when, around it, calls reached half the cap, the quota or max_concurrent, or a stop, a budget, a provider failure or a Redis fault was there',
+  bound: 'a provider-side 429 only when, around it, calls filled the cap (in the second before and while it waited), the quota or max_concurrent, or a stop, a budget, a provider failure or a Redis fault was there; in pass-through, to a key the provider accepted before',
   check: (h) => {
     const out: Violation[] = [];
+    // Pass-through: a key the provider has not accepted yet may be refused a verifying call.
+    const acceptedAt = new Map<string, number>();
+    for (const r of h.requests) if ((r.status === 200 || r.status === 304) && r.done < (acceptedAt.get(r.key) ?? Infinity)) acceptedAt.set(r.key, r.done);
     for (const r of h.requests) {
       if (r.status !== 429 || rateLimited(r) || r.key === 'budget') continue;
+      if (h.run.passThrough && !((acceptedAt.get(r.key) ?? Infinity) < r.sent)) continue;
       const from = r.sent - 1000;
-      const providerFaults = h.faults.filter((f) => f.kind.startsWith('provider') && f.at <= r.done && f.until + 15_000 >= from);
+      // A failing provider may be shed for a throttle window (10 s by default) after; a 429's stop lasts its Retry-After.
+      const providerFaults = h.faults.filter((f) => f.kind.startsWith('provider') && f.at <= r.done && f.until + (f.kind === 'provider-limit' ? 6000 : f.kind === 'provider-slow' || f.kind === 'provider-reject' ? 2000 : 15_000) >= from);
       if (providerFaults.length > 0 || redisTrouble(h, from, r.done).length > 0) continue;
       const upstreams = r.cache?.includes('x') === true ? (['x', 'v1'] as const) : (['v1', 'x'] as const);
       let over = false;
@@ -458,8 +463,9 @@ export const refusalOnlyOverCap: Invariant = {
         const quotaFrom = r.sent - caps.quota.perSeconds * 1000;
         const inQuota = calls.filter((c) => c.start >= quotaFrom && c.start <= r.done).length;
         const inFlight = Math.max(0, ...calls.filter((c) => c.start <= r.done && c.end >= r.sent).map((c) => calls.filter((o) => o.start <= c.start && o.end >= c.start).length));
-        const stopped = calls.some((c) => (c.status === 429 || c.status === 401 || c.status >= 500) && c.end >= r.sent - 300_000);
-        if (near >= 0.5 * caps.rate * ((r.done - from) / 1000) || inQuota >= caps.quota.requests - 1 || inFlight >= caps.maxConcurrent || stopped) over = true;
+        // In pass-through a 401 is the provider refusing a made-up key, no stop.
+        const stopped = calls.some((c) => (c.status === 429 || (c.status === 401 && !h.run.passThrough) || c.status >= 500) && c.end >= r.sent - 300_000);
+        if (near >= Math.floor(caps.rate * ((r.done - from) / 1000)) || inQuota >= caps.quota.requests - 1 || inFlight >= caps.maxConcurrent || stopped) over = true;
       }
       if (!over) out.push({ invariant: 'refusalOnlyOverCap', message: `429 for ${r.path} (${r.cache}) with nothing over the cap around it`, at: r.sent, slice: [r, ...h.calls.filter((c) => c.start >= from && c.start <= r.done)] });
     }
