@@ -279,11 +279,13 @@ export function leaseAllowance(plan: Plan, instances: number): number {
 /**
  * The other side of the bucket: a key that stays under its plan is never refused. The client's
  * own model of the bucket (full at its first request, refilled at the plan's rate, one token per
- * request that may have been admitted) must be empty, up to the lease allowance, when perch refuses.
+ * request that may have been admitted) must be empty when perch refuses, but for the lease bound
+ * of docs/rate-limits.md: refused early only while other instances hold tokens (the allowance),
+ * never for more than a second.
  */
 export const underPlanNeverRefused: Invariant = {
   name: 'underPlanNeverRefused',
-  bound: 'a refusal by the limiter only when the plan\'s bucket, replayed from what the key sent, holds < 1.5 + 0.1 s of refill + the lease allowance (2 x instances x min(lease, capacity / (2 x instances)), plans of 20 or more)',
+  bound: "a refusal by the limiter only when the plan's bucket, replayed from what the key sent, holds < 1.5 tokens + 0.1 s of refill; or, for at most a second, < that + the lease allowance (2 x instances x min(lease, capacity / (2 x instances)), plans of 20 or more)",
   openIssue: 55,
   check: (h) => {
     const out: Violation[] = [];
@@ -291,25 +293,32 @@ export const underPlanNeverRefused: Invariant = {
       const plan = planOf(h, key);
       if (plan === undefined) continue;
       // One token, and half a token and a tenth of a second's refill for the clocks (ours, Redis TIME).
-      const allowance = leaseAllowance(plan, h.run.instances) + 1.5 + plan.refill * 0.1;
+      const base = 1.5 + plan.refill * 0.1;
+      const allowance = leaseAllowance(plan, h.run.instances);
       let tokens = plan.capacity;
       let last = all[0]?.sent ?? 0;
+      let earlySince: number | undefined;
+      let lastRefusal = -Infinity;
       // Pass-through: a key is the provider's to accept; only refusals after its first answer count.
       let accepted = !h.run.passThrough;
       for (const r of all) {
         tokens = Math.min(plan.capacity, tokens + (plan.refill * (r.sent - last)) / 1000);
         last = r.sent;
-        if (rateLimited(r)) {
-          if (accepted && tokens >= allowance) {
-            const trouble = anyTrouble(h, r.sent - 10_000, r.sent);
-            const open = plan.capacity >= 20 || trouble.length > 0;
-            out.push({ invariant: 'underPlanNeverRefused', message: `key ${key} refused at t=${Math.round(r.sent)} with ${tokens.toFixed(1)} tokens left in its plan (allowance ${allowance})`, at: r.sent, slice: [...trouble, ...all.filter((o) => o.sent <= r.sent).slice(-5)], ...(open ? { openIssue: 55 } : {}) });
-            break;
-          }
+        if (!rateLimited(r)) {
+          if (r.status === 200 || r.status === 304) accepted = true;
+          tokens -= 1;
           continue;
         }
-        if (r.status === 200 || r.status === 304) accepted = true;
-        tokens -= 1;
+        if (r.sent - lastRefusal > 2000 || tokens < base) earlySince = undefined;
+        lastRefusal = r.sent;
+        if (!accepted || tokens < base) continue;
+        earlySince ??= r.sent;
+        const why = tokens >= base + allowance ? `allowance ${allowance.toFixed(1)}` : r.sent - earlySince > 1000 ? `refused early since t=${Math.round(earlySince)}, more than a second` : undefined;
+        if (why === undefined) continue;
+        const trouble = anyTrouble(h, r.sent - 10_000, r.sent);
+        const open = plan.capacity >= 20 || trouble.length > 0;
+        out.push({ invariant: 'underPlanNeverRefused', message: `key ${key} refused at t=${Math.round(r.sent)} with ${tokens.toFixed(1)} tokens left in its plan (${why})`, at: r.sent, slice: [...trouble, ...all.filter((o) => o.sent <= r.sent).slice(-5)], ...(open ? { openIssue: 55 } : {}) });
+        break;
       }
     }
     return out;

@@ -141,6 +141,15 @@ describe('fleet invariants', () => {
     assert.equal(underPlanNeverRefused.check(history({ procs: [STARTED], requests: [req(0), req(1), req(2), limited(3000)] })).length, 1);
   });
 
+  it('underPlanNeverRefused: with leases, early refusals pass within the allowance for a second, not longer', () => {
+    const big = { run: { plans: { small: { capacity: 100, refill: 1 } } }, procs: [STARTED] };
+    // 100 tokens, 2 instances: an allowance of 2 x 2 x min(10, 25) = 40.
+    const spent = Array.from({ length: 70 }, (_, i) => req(i));
+    assert.equal(underPlanNeverRefused.check(history({ ...big, requests: [...spent, limited(100), limited(900)] })).length, 0);
+    assert.equal(underPlanNeverRefused.check(history({ ...big, requests: [...spent, limited(100), limited(1200)] })).length, 1);
+    assert.equal(underPlanNeverRefused.check(history({ ...big, requests: [...spent.slice(0, 50), limited(100)] })).length, 1);
+  });
+
   it('leaseAllowance: nothing under 20 tokens, two leases per instance above', () => {
     assert.equal(leaseAllowance({ capacity: 15, refill: 5 }, 3), 0);
     assert.equal(leaseAllowance({ capacity: 1000, refill: 100 }, 2), 400);
