@@ -338,7 +338,7 @@ export function resourceOf(path: string): string {
 /** docs/caching.md "Purging": a purge answered 200 is a miss on the next GET on every instance. */
 export const purgeWins: Invariant = {
   name: 'purgeWins',
-  bound: 'a 200 sent after a purge was answered 200 carries a body the provider answered to a call that began after the purge was sent',
+  bound: 'a 200 sent after a purge was answered 200 carries a body the provider answered to a call that began after the purge was sent (issue 58 when the answer joined a flight begun before the purge, or Redis had a fault)',
   openIssue: 58,
   check: (h) => {
     const out: Violation[] = [];
@@ -351,7 +351,11 @@ export const purgeWins: Invariant = {
       const fetched = h.calls.some((c) => c.start >= purge.sent && c.resources.some((x, i) => x === res && c.versions?.[i] === r.version));
       if (fetched) continue;
       const earlier = h.calls.filter((c) => c.resources.includes(res) && c.start < purge.sent).slice(-2);
-      out.push({ invariant: 'purgeWins', message: `${res} v${r.version} answered at t=${Math.round(r.done)} (sent t=${Math.round(r.sent)}) after a purge acknowledged at t=${Math.round(purge.done)}, and no call since the purge answered it`, at: r.sent, slice: [purge, ...earlier, r], openIssue: 58 });
+      // Issue 58: a request after the purge joins a flight that began before it. With no such
+      // flight (or Redis, which holds the purge counters, restarted) the purge did not hold at all.
+      const joined = earlier.some((c) => c.end >= purge.sent);
+      const trouble = redisTrouble(h, purge.sent, r.done);
+      out.push({ invariant: 'purgeWins', message: `${res} v${r.version} answered at t=${Math.round(r.done)} (sent t=${Math.round(r.sent)}) after a purge acknowledged at t=${Math.round(purge.done)}, and no call since the purge answered it${joined ? ' (a flight begun before the purge)' : ''}`, at: r.sent, slice: [...trouble, purge, ...earlier, r], ...(joined || trouble.length > 0 ? { openIssue: 58 } : {}) });
     }
     return out.slice(0, 5);
   },
