@@ -454,7 +454,8 @@ export const authOnlyAccepted: Invariant = {
  * something was over: the call cap, the quota, max_concurrent, a stop, the key's budget, a breaker.
  * The docs state no exact bound for "nothing over" (fair shares, an instance's share while its
  * Redis connection comes up), so this one is advisory: reported, failing only with
- * `--known-open fail`.
+ * `--known-open fail`; but for a key the provider accepted in pass-through, which docs/upstreams.md
+ * keeps apart from unknown keys' verifying calls.
  */
 export const refusalOnlyOverCap: Invariant = {
   name: 'refusalOnlyOverCap',
@@ -483,10 +484,36 @@ export const refusalOnlyOverCap: Invariant = {
         const inQuota = calls.filter((c) => c.start >= quotaFrom && c.start <= r.done).length;
         const inFlight = Math.max(0, ...calls.filter((c) => c.start <= r.done && c.end >= r.sent).map((c) => calls.filter((o) => o.start <= c.start && o.end >= c.start).length));
         // In pass-through a 401 is the provider refusing a made-up key, no stop.
-        const stopped = calls.some((c) => (c.status === 429 || (c.status === 401 && !h.run.passThrough) || c.status >= 500) && c.end >= r.sent - 300_000);
+        const stopped = calls.some((c) => (c.status === 429 || (c.status === 401 && !h.run.passThrough) || c.status >= 500) && c.end >= r.sent - 300_000 && c.end <= r.done);
         if (near >= Math.floor(caps.rate * ((r.done - from) / 1000)) || inQuota >= caps.quota.requests - 1 || inFlight >= caps.maxConcurrent || stopped) over = true;
       }
-      if (!over) out.push({ invariant: 'refusalOnlyOverCap', message: `429 for ${r.path} (${r.cache}) to key ${r.key} with nothing over the cap around it`, at: r.sent, slice: [r, ...h.calls.filter((c) => c.start >= from && c.start <= r.done)], advisory: true });
+      if (!over) out.push({ invariant: 'refusalOnlyOverCap', message: `429 for ${r.path} (${r.cache}) to key ${r.key}${h.run.passThrough ? ', which the provider accepted,' : ''} with nothing over the cap around it`, at: r.sent, slice: [r, ...h.calls.filter((c) => c.start >= from && c.start <= r.done)], ...(h.run.passThrough ? {} : { advisory: true as const }) });
+    }
+    return out.slice(0, 5);
+  },
+};
+
+/**
+ * docs/upstreams.md "Pass-through auth": a key the provider accepted keeps reading the cache while
+ * its acceptance is revalidated; made-up keys flooding the verifying calls cannot starve it.
+ */
+export const acceptedKeyReadsCache: Invariant = {
+  name: 'acceptedKeyReadsCache',
+  bound: 'in pass-through, no 429 to a key the provider accepted for a path the provider answered 200 less than the TTL (the smallest a SIGHUP set, less 0.5 s) before, with no purge of it, no Redis fault and no provider 429 since',
+  check: (h) => {
+    if (!h.run.passThrough) return [];
+    const out: Violation[] = [];
+    const acceptedAt = new Map<string, number>();
+    for (const r of h.requests) if ((r.status === 200 || r.status === 304) && r.done < (acceptedAt.get(r.key) ?? Infinity)) acceptedAt.set(r.key, r.done);
+    for (const r of h.requests) {
+      if (r.status !== 429 || rateLimited(r) || r.key === 'madeup' || !((acceptedAt.get(r.key) ?? Infinity) < r.sent)) continue;
+      const res = resourceOf(r.path);
+      const ttl = Math.min(h.run.ttl, ...h.configs.filter((c) => c.at <= r.sent).map((c) => c.ttl));
+      const fresh = h.calls.find((c) => c.status === 200 && c.resources.includes(res) && c.end < r.sent && r.sent < c.end + ttl * 1000 - 500);
+      if (fresh === undefined) continue;
+      if (h.purges.some((p) => (p.scope === '*' || p.scope === res) && p.sent <= r.sent && p.done >= fresh.end)) continue;
+      if (redisTrouble(h, fresh.end, r.sent).length > 0 || h.calls.some((c) => c.status === 429 && c.end >= fresh.end - 5000 && c.end <= r.sent)) continue;
+      out.push({ invariant: 'acceptedKeyReadsCache', message: `accepted key ${r.key} refused 429 for ${res}, cached fresh from t=${Math.round(fresh.end)} (ttl ${ttl} s)`, at: r.sent, slice: [fresh, r] });
     }
     return out.slice(0, 5);
   },
@@ -565,6 +592,7 @@ export const INVARIANTS: readonly Invariant[] = [
   notModifiedMatches,
   authOnlyAccepted,
   refusalOnlyOverCap,
+  acceptedKeyReadsCache,
   liveness,
   termWithinGrace,
   stdoutWholeJson,

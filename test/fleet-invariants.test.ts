@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { CallEvent, FaultEvent, History, ProcEvent, PurgeEvent, RequestEvent, RunEvent, StdoutEvent } from '../fleet/history.js';
 import {
+  acceptedKeyReadsCache,
   accessLinesMatch,
   authOnlyAccepted,
   leaseAllowance,
@@ -194,6 +195,16 @@ describe('fleet invariants', () => {
     const refused = req(1000, { status: 429, cache: 'perch; fwd=miss' });
     assert.equal(refusalOnlyOverCap.check(history({ procs: [STARTED], calls: [call(500), call(900)], requests: [refused] })).length, 0);
     assert.equal(refusalOnlyOverCap.check(history({ procs: [STARTED], requests: [refused] })).length, 1);
+  });
+
+  it('acceptedKeyReadsCache: in pass-through an accepted key is not refused what the cache holds fresh', () => {
+    const pt = { run: { passThrough: true, ttl: 5 }, procs: [STARTED] };
+    const refused = req(3000, { status: 429, cache: 'perch; fwd=miss' });
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [call(0)], requests: [req(100), refused] })).length, 1);
+    // Not yet accepted, past the TTL, or purged: no promise.
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [call(0)], requests: [refused] })).length, 0);
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [call(0)], requests: [req(100), req(6000, { status: 429, cache: 'perch; fwd=miss' })] })).length, 0);
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [call(0)], purges: [purge(2000)], requests: [req(100), refused] })).length, 0);
   });
 
   it('liveness: answers within miss_deadline_ms + 2 s; connection failures only on an instance being stopped', () => {
