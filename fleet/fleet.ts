@@ -166,7 +166,7 @@ export class Instance {
         resolve();
       }),
     );
-    const deadline = Date.now() + 15_000;
+    const deadline = Date.now() + 30_000;
     while (!/perch is up on/.test(this.#stderr) && child.exitCode === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     if (!/perch is up on/.test(this.#stderr)) throw new Error(`instance ${this.index} did not start:\n${this.#stderr}${this.#stdout}`.slice(0, 4000));
     this.history.add({ t: 'proc', inst: this.index, gen, kind: 'start', at: this.now() });
