@@ -449,6 +449,11 @@ export const authOnlyAccepted: Invariant = {
       .map((r) => ({ invariant: 'authOnlyAccepted', message: `${r.status} to a made-up key for ${r.path}`, at: r.sent, slice: [r] })),
 };
 
+/** The upstream a path goes to: with batching, user, username and tweet lookups go to X. */
+export function upstreamOf(h: History, path: string): 'v1' | 'x' {
+  return h.run.batch && /^\/v1\/(users\/\d+|users\/by\/username\/[^/?]+|tweets\/\d+)(\?|$)/.test(path) ? 'x' : 'v1';
+}
+
 /**
  * A 429 perch gives on the provider's behalf (the cache was asked: Cache-Status is set) only when
  * something was over: the call cap, the quota, max_concurrent, a stop, the key's budget, a breaker.
@@ -473,9 +478,8 @@ export const refusalOnlyOverCap: Invariant = {
       const providerFaults = h.faults.filter((f) => f.kind.startsWith('provider') && f.at <= r.done && f.until + (f.kind === 'provider-limit' ? 6000 : f.kind === 'provider-slow' || f.kind === 'provider-reject' ? 2000 : 15_000) >= from);
       // Redis away: admissions fall back to each instance's share, refused once that is spent, for a moment after too.
       if (providerFaults.length > 0 || redisTrouble(h, from, r.done).some((f) => f.until + 2000 >= from)) continue;
-      const upstreams = r.cache?.includes('x') === true ? (['x', 'v1'] as const) : (['v1', 'x'] as const);
       let over = false;
-      for (const u of upstreams) {
+      for (const u of [upstreamOf(h, r.path)]) {
         const caps = capsDuring(h, u, from, r.done, true);
         if (caps === undefined) continue;
         const calls = callsOf(h, u);
