@@ -144,7 +144,7 @@ export async function workload(run: Run, prng: Prng): Promise<void> {
   } else {
     const clients = Object.fromEntries(Object.keys(shape.run.keys).map((id) => [id, new Client(run, prng.fork(), id, () => SECRETS[id]!)]));
     const steady = shape.run.plans['steady']!;
-    // Under its plan: 60% of the refill, then, once, a burst of the whole bucket and some more.
+    // Under its plan: 60% of the refill, then, once, a burst of one and a half buckets.
     const c = clients['steady']!;
     actors.push(
       (async () => {
@@ -152,7 +152,7 @@ export async function workload(run: Run, prng: Prng): Promise<void> {
         const total = Math.min(steady.refill * 0.6, 30);
         const paths = hotOrCold(c.prng);
         await steadyLoop(c, () => total, paths, burstAt);
-        await burst(c, steady.capacity + Math.min(Math.ceil(steady.capacity / 2), 100), 16, paths);
+        await burst(c, steady.capacity + Math.ceil(steady.capacity / 2), 16, paths);
         await steadyLoop(c, () => total, paths);
       })(),
     );
