@@ -130,6 +130,7 @@ export async function workload(run: Run, prng: Prng): Promise<void> {
   const { shape } = run;
   const actors: Promise<void>[] = [];
   const hotOrCold = (p: Prng) => () => drawPath(p);
+  let reader: Client;
   if (shape.run.passThrough) {
     const genuine = ['steady', 'mid'].map((id) => {
       const secret = `fleet-genuine-${id}-${prng.int(1e6, 9e6)}`;
@@ -138,11 +139,13 @@ export async function workload(run: Run, prng: Prng): Promise<void> {
     });
     const plan = shape.run.plans['resale']!;
     for (const c of genuine) actors.push(steadyLoop(c, () => plan.refill * 0.5, hotOrCold(c.prng)));
+    reader = new Client(run, prng.fork(), 'mid', genuine[1]!.secret);
     // Made-up keys flood: each request a new key, on cached paths and on ids perch answers itself.
     const madeup: Client = new Client(run, prng.fork(), 'madeup', () => `madeup-key-${madeup.prng.int(1e9, 9e9)}`);
     actors.push(steadyLoop(madeup, () => 20, () => (madeup.prng.chance(0.5) ? '/v1/users/12345678901234567890' : drawPath(madeup.prng))));
   } else {
     const clients = Object.fromEntries(Object.keys(shape.run.keys).map((id) => [id, new Client(run, prng.fork(), id, () => SECRETS[id]!)]));
+    reader = new Client(run, prng.fork(), 'mid', () => SECRETS['mid']!);
     const steady = shape.run.plans['steady']!;
     // Under its plan: 60% of the refill, then, once, a burst of one and a half buckets.
     const c = clients['steady']!;
@@ -165,7 +168,7 @@ export async function workload(run: Run, prng: Prng): Promise<void> {
     const madeup: Client = new Client(run, prng.fork(), 'madeup', () => `madeup-key-${madeup.prng.int(1e9, 9e9)}`);
     actors.push(steadyLoop(madeup, () => 3, hotOrCold(madeup.prng)));
   }
-  actors.push(purger(run, prng.fork()), changer(run, prng.fork()), nemesis(run, prng.fork()));
+  actors.push(purger(run, prng.fork(), reader), changer(run, prng.fork()), nemesis(run, prng.fork()));
   await Promise.all(actors);
 }
 
@@ -188,14 +191,21 @@ const SCOPES = [
   () => ({ body: { all: true }, scope: '*' }),
 ];
 
-/** Admin purges of every scope, mostly of hot resources the changer just changed. */
-async function purger(run: Run, prng: Prng): Promise<void> {
+/**
+ * Admin purges of every scope, of hot resources, each after a change of the data; half the time
+ * with a read of the resource in flight when the purge is sent, and a read right after it, as an
+ * operator checking the purge would.
+ */
+async function purger(run: Run, prng: Prng, reader: Client): Promise<void> {
   while (run.now() < run.endsAt) {
     await sleep(prng.int(300, 2000));
     const up = run.fleet.instances.filter((i) => i.up);
     if (up.length === 0) continue;
     const inst = prng.pick(up);
     const { body, scope } = prng.pick(SCOPES)(prng.int(1, HOT));
+    const check = scope !== '*' && prng.chance(0.5);
+    const inFlight = check ? reader.get(scope) : undefined;
+    if (check) await sleep(prng.int(5, 100));
     // The data changes first, as an operator purges after a change.
     if (scope !== '*') run.provider.change(scope);
     const sent = run.now();
@@ -208,6 +218,7 @@ async function purger(run: Run, prng: Prng): Promise<void> {
       status = 0;
     }
     run.history.add({ t: 'purge', inst: inst.index, scope, sent, done: run.now(), status });
+    if (check) await Promise.all([inFlight, reader.get(scope)]);
   }
 }
 
