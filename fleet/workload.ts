@@ -315,7 +315,8 @@ function providerFault(draw: (p: Prng) => Provider['mode']): Fault {
 
 /** Faults drawn from the seed, one at a time, with quiet spells between them. */
 async function nemesis(run: Run, prng: Prng): Promise<void> {
-  const kinds = Object.keys(FAULTS);
+  // A slow provider twice as often as the rest: it is what fills max_concurrent.
+  const kinds = [...Object.keys(FAULTS), 'provider-slow'];
   while (run.now() < run.endsAt - 1000) {
     await sleep(prng.int(1000, 5000));
     if (run.now() >= run.endsAt - 1000) break;
