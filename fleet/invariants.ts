@@ -311,15 +311,18 @@ export const underPlanNeverRefused: Invariant = {
           tokens -= 1;
           continue;
         }
-        if (r.sent - lastRefusal > 2000 || tokens < base) earlySince = undefined;
+        // Requests of the key sent while this one was on its way may have reached perch first.
+        const overtaking = all.filter((o) => o.sent > r.sent && o.sent <= r.done && !rateLimited(o)).length;
+        const left = tokens - overtaking;
+        if (r.sent - lastRefusal > 2000 || left < base) earlySince = undefined;
         lastRefusal = r.sent;
-        if (!accepted || tokens < base) continue;
+        if (!accepted || left < base) continue;
         earlySince ??= r.sent;
-        const why = tokens >= base + allowance ? `allowance ${allowance.toFixed(1)}` : r.sent - earlySince > 1000 ? `refused early since t=${Math.round(earlySince)}, more than a second` : undefined;
+        const why = left >= base + allowance ? `allowance ${allowance.toFixed(1)}` : r.sent - earlySince > 1000 ? `refused early since t=${Math.round(earlySince)}, more than a second` : undefined;
         if (why === undefined) continue;
         const trouble = anyTrouble(h, r.sent - 10_000, r.sent);
         const open = plan.capacity >= 20 || trouble.length > 0;
-        out.push({ invariant: 'underPlanNeverRefused', message: `key ${key} refused at t=${Math.round(r.sent)} with ${tokens.toFixed(1)} tokens left in its plan (${why})`, at: r.sent, slice: [...trouble, ...all.filter((o) => o.sent <= r.sent).slice(-5)], ...(open ? { openIssue: 55 } : {}) });
+        out.push({ invariant: 'underPlanNeverRefused', message: `key ${key} refused at t=${Math.round(r.sent)} with ${left.toFixed(1)} tokens left in its plan (${why})`, at: r.sent, slice: [...trouble, ...all.filter((o) => o.sent <= r.sent).slice(-5)], ...(open ? { openIssue: 55 } : {}) });
         break;
       }
     }

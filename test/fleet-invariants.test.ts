@@ -142,6 +142,12 @@ describe('fleet invariants', () => {
     assert.equal(underPlanNeverRefused.check(history({ procs: [STARTED], requests: [req(0), req(1), req(2), limited(3000)] })).length, 1);
   });
 
+  it('underPlanNeverRefused: requests sent while a refused one was on its way may have spent the tokens', () => {
+    const slow = { ...limited(0), done: 50 };
+    assert.equal(underPlanNeverRefused.check(history({ procs: [STARTED], requests: [slow, req(10), req(20), req(30)] })).length, 0);
+    assert.equal(underPlanNeverRefused.check(history({ procs: [STARTED], requests: [slow, req(60), req(70), req(80)] })).length, 1);
+  });
+
   it('underPlanNeverRefused: with leases, early refusals pass within the allowance for a second, not longer', () => {
     const big = { run: { plans: { small: { capacity: 100, refill: 1 } } }, procs: [STARTED] };
     // 100 tokens, 2 instances: an allowance of 2 x 2 x min(10, 25) = 40.
