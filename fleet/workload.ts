@@ -147,7 +147,7 @@ export async function workload(run: Run, prng: Prng): Promise<void> {
     const clients = Object.fromEntries(Object.keys(shape.run.keys).map((id) => [id, new Client(run, prng.fork(), id, () => SECRETS[id]!)]));
     reader = new Client(run, prng.fork(), 'mid', () => SECRETS['mid']!);
     const steady = shape.run.plans['steady']!;
-    // Under its plan: 60% of the refill, then, once, a burst of one and a half buckets.
+    // Under its plan: 60% of the refill, then, once, a burst of the bucket and up to as much again, 64 at a time.
     const c = clients['steady']!;
     actors.push(
       (async () => {
@@ -155,7 +155,7 @@ export async function workload(run: Run, prng: Prng): Promise<void> {
         const total = Math.min(steady.refill * 0.6, 30);
         const paths = hotOrCold(c.prng);
         await steadyLoop(c, () => total, paths, burstAt);
-        await burst(c, steady.capacity + Math.ceil(steady.capacity / 2), 16, paths);
+        await burst(c, steady.capacity + Math.min(steady.capacity, 200), 64, paths);
         await steadyLoop(c, () => total, paths);
       })(),
     );
