@@ -40,6 +40,10 @@ export async function runFleet(options: FleetOptions): Promise<FleetResult> {
   const shape = drawShape(prng.fork(), options.seed, options.instances, options.perch);
   history.add(shape.run);
   const teardown = new Teardown();
+  // Interrupted, the fleet still stops what it started: perch processes, Redis, servers.
+  const interrupted = (signal: NodeJS.Signals) => void teardown.run().finally(() => process.exit(signal === 'SIGINT' ? 130 : 143));
+  process.once('SIGINT', interrupted);
+  process.once('SIGTERM', interrupted);
   try {
     const provider = await startV1Provider(now, (c) => history.add(c), shape.run.passThrough);
     teardown.context.after(() => provider.close());
@@ -50,6 +54,8 @@ export async function runFleet(options: FleetOptions): Promise<FleetResult> {
     // The end: every instance drains on SIGTERM, so its log must be whole.
     await Promise.all(fleet.instances.map((inst) => inst.stop('SIGTERM')));
   } finally {
+    process.off('SIGINT', interrupted);
+    process.off('SIGTERM', interrupted);
     await teardown.run();
   }
   const h = split(history.events);
