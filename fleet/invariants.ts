@@ -80,14 +80,9 @@ export function capsDuring(h: History, u: 'v1' | 'x', from: number, to: number, 
   };
 }
 
-/**
- * The open issue a provider-side violation falls under: 56 with a Redis fault or an instance
- * (re)start near, else 60 in a run with `--workers` (an upstream's cap was seen broken only in
- * such runs so far, with nothing else wrong), else none.
- */
-function providerIssue(h: History, trouble: readonly FaultEvent[]): { openIssue?: number } {
-  if (trouble.length > 0) return { openIssue: 56 };
-  return h.run.workers > 0 ? { openIssue: 60 } : {};
+/** The open issue a provider-side violation falls under: 56 with a Redis fault or an instance (re)start near. */
+function providerIssue(trouble: readonly FaultEvent[]): { openIssue?: number } {
+  return trouble.length > 0 ? { openIssue: 56 } : {};
 }
 
 function callsOf(h: History, u: 'v1' | 'x'): CallEvent[] {
@@ -128,7 +123,7 @@ function windowCheck(h: History, name: string, windowMs: (caps: Caps) => number,
         message: `${u}: ${count} calls in ${windowMs(caps)} ms from t=${Math.round(from)}, ${what} ${limit}${afterKill ? `; ${count - before} of them after Redis restarted empty at t=${Math.round(kill.until)}` : ''}`,
         at: from,
         slice: [...trouble, ...calls.slice(i, j)],
-        ...providerIssue(h, trouble),
+        ...providerIssue(trouble),
       });
     }
   }
@@ -168,7 +163,7 @@ export const providerConcurrency: Invariant = {
         const limit = capsDuring(h, u, c.start, c.start)!.maxConcurrent;
         if (active.length > limit) {
           const trouble = redisTrouble(h, c.start, c.start);
-          out.push({ invariant: 'providerConcurrency', message: `${u}: ${active.length} calls in flight at t=${Math.round(c.start)}, max_concurrent ${limit}`, at: c.start, slice: [...trouble, ...active], ...providerIssue(h, trouble) });
+          out.push({ invariant: 'providerConcurrency', message: `${u}: ${active.length} calls in flight at t=${Math.round(c.start)}, max_concurrent ${limit}`, at: c.start, slice: [...trouble, ...active], ...providerIssue(trouble) });
           active.length = 0;
         }
       }
