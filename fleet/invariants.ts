@@ -462,7 +462,7 @@ export function upstreamOf(h: History, path: string): 'v1' | 'x' {
  */
 export const refusalOnlyOverCap: Invariant = {
   name: 'refusalOnlyOverCap',
-  bound: 'a provider-side 429 only when, around it, calls filled the cap (in the second before and while it waited), the quota or max_concurrent, or a stop, a budget, a provider failure or a Redis fault was there; in pass-through, to a key the provider accepted before',
+  bound: 'a provider-side 429 only when, around it, calls filled seven tenths of the cap (in the second before and while it waited), the quota or max_concurrent, or a stop, a budget, a provider failure or a Redis fault was there; in pass-through, to a key the provider accepted before',
   check: (h) => {
     const out: Violation[] = [];
     // Pass-through: a key the provider has not accepted yet may be refused a verifying call.
@@ -487,7 +487,9 @@ export const refusalOnlyOverCap: Invariant = {
         const inFlight = Math.max(0, ...calls.filter((c) => c.start <= r.done && c.end >= r.sent).map((c) => calls.filter((o) => o.start <= c.start && o.end >= c.start).length));
         // In pass-through a 401 is the provider refusing a made-up key, no stop.
         const stopped = calls.some((c) => (c.status === 429 || (c.status === 401 && !h.run.passThrough) || c.status >= 500) && c.end >= r.sent - 300_000 && c.end <= r.done);
-        if (near >= Math.floor(caps.rate * ((r.done - from) / 1000)) || inQuota >= caps.quota.requests - 1 || inFlight >= caps.maxConcurrent || stopped) over = true;
+        // A call holds its place in the windows until a window after its answer (docs/provider.md):
+        // a busy cap sends a little under its rate; seven tenths of it counts as full.
+        if (near >= Math.floor(0.7 * caps.rate * ((r.done - from) / 1000)) || inQuota >= caps.quota.requests - 1 || inFlight >= caps.maxConcurrent || stopped) over = true;
       }
       if (!over) out.push({ invariant: 'refusalOnlyOverCap', message: `429 for ${r.path} (${r.cache}) to key ${r.key}${h.run.passThrough ? ', which the provider accepted,' : ''} with nothing over the cap around it`, at: r.sent, slice: [r, ...h.calls.filter((c) => c.start >= from && c.start <= r.done)], ...(h.run.passThrough ? {} : { advisory: true as const }) });
     }
