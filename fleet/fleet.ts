@@ -1,0 +1,239 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { TestContext } from 'node:test';
+import { startRedis, type TestRedis } from '../test/helpers/redis-server.js';
+import { startTcpProxy, type TcpProxy } from '../test/helpers/tcp-proxy.js';
+import { freePort } from '../test/helpers/perch-process.js';
+import type { Caps, HistoryWriter, Plan, RunEvent } from './history.js';
+import type { Prng } from './prng.js';
+
+/** The test helpers clean up through a TestContext's `after`; the fleet runs its steps itself. */
+export class Teardown {
+  readonly #steps: (() => unknown)[] = [];
+  readonly context = { after: (fn: () => unknown) => this.#steps.push(fn) } as unknown as TestContext;
+
+  /** Runs the steps last registered first, so instances stop before the Redis they use. */
+  async run(): Promise<void> {
+    for (const step of this.#steps.splice(0).reverse()) await step();
+  }
+}
+
+export const ADMIN_KEY = 'fleet-admin-key-0123456789';
+export const X_TOKEN = 'fleet-x-token-0123456789';
+/** Secrets of the configured client keys, by key id. */
+export const SECRETS: Readonly<Record<string, string>> = {
+  steady: 'fleet-key-steady-0123456789',
+  flood: 'fleet-key-flood-0123456789',
+  budget: 'fleet-key-budget-0123456789',
+  mid: 'fleet-key-mid-0123456789',
+};
+
+export interface FleetShape {
+  readonly run: RunEvent;
+  readonly batchWindowMs: number;
+  readonly queueTimeoutMs: number;
+  readonly verifyTtl: number;
+}
+
+/** Draws a fleet's configuration from the seed: caps, plans, TTLs, batching, pass-through. */
+export function drawShape(prng: Prng, seed: number, instances: number, perch: string): FleetShape {
+  const passThrough = prng.chance(0.25);
+  const batch = !passThrough && prng.chance(0.5);
+  const rate = prng.pick([2, 3, 5, 8]);
+  const caps: Caps = {
+    rate,
+    maxConcurrent: prng.pick([2, 4, 8]),
+    // In pass-through every made-up key costs a verifying call: a quota they can spend would hide the rest.
+    quota: { requests: rate * prng.int(4, 12) * (passThrough ? 20 : 1), perSeconds: prng.pick([10, 20, 30]) },
+    downShare: Math.round((1 / instances) * 1000) / 1000,
+  };
+  const xRate = prng.pick([2, 5]);
+  const xCaps: Caps = { rate: xRate, maxConcurrent: prng.pick([2, 4]), quota: { requests: 100_000, perSeconds: 900 }, downShare: caps.downShare };
+  const plans: Record<string, Plan> = passThrough
+    ? { resale: { capacity: prng.pick([5, 10, 15]), refill: prng.pick([2, 5]) } }
+    : {
+        steady: prng.chance(0.5) ? { capacity: prng.pick([200, 500, 1000]), refill: prng.pick([20, 50]) } : { capacity: prng.pick([10, 15]), refill: prng.pick([3, 5]) },
+        flood: { capacity: prng.pick([5, 10]), refill: prng.pick([1, 2, 5]) },
+        budget: { capacity: 50, refill: 10, budget: prng.int(3, 10) },
+        mid: { capacity: prng.pick([20, 40]), refill: prng.pick([5, 10]) },
+      };
+  const keys: Record<string, string> = passThrough ? { steady: 'resale', mid: 'resale' } : { steady: 'steady', flood: 'flood', budget: 'budget', mid: 'mid' };
+  const run: RunEvent = {
+    t: 'run',
+    seed,
+    instances,
+    workers: prng.chance(1 / 3) ? 2 : 0,
+    perch,
+    passThrough,
+    batch,
+    caps,
+    ...(batch ? { xCaps } : {}),
+    plans,
+    keys,
+    ttl: prng.pick([0, 1, 2, 5, 30]),
+    staleSeconds: prng.pick([0, 2, 10]),
+    missDeadlineMs: prng.pick([2000, 4000]),
+    graceMs: prng.pick([1000, 2000]),
+    budgetPrefix: '/v1/users/77',
+  };
+  // Short queue timeouts beside batch windows: where waiting for company meets the queue bound.
+  return { run, batchWindowMs: prng.pick([0, 5, 20, 50]), queueTimeoutMs: prng.pick([0, 10, 200, 1000]), verifyTtl: prng.pick([2, 3, 5]) };
+}
+
+/** One instance's YAML, with `caps` and `ttl` as a SIGHUP may have changed them. */
+export function configYaml(shape: FleetShape, port: number, redisUrl: string, providerUrl: string, xUrl: string | undefined, caps: Caps, ttl: number): string {
+  const { run } = shape;
+  const ttls = ['user', 'user_by_username', 'tweets', 'replies', 'following', 'tweet', 'not_found'].map((e) => `${e}: ${ttl}`).join(', ');
+  const limits = (c: Caps) =>
+    `max_requests_per_second: ${c.rate}, max_concurrent: ${c.maxConcurrent}, quota: { requests: ${c.quota.requests}, per_seconds: ${c.quota.perSeconds} }, redis_down_share: ${c.downShare}, queue_timeout_ms: ${shape.queueTimeoutMs}, timeout_ms: 1500`;
+  const auth = run.passThrough
+    ? `auth: { mode: upstream, default_plan: resale, verify_ttl_seconds: ${shape.verifyTtl}, verify_burst: 3, verify_rate_per_second: 1 }`
+    : `auth:\n  keys:\n${Object.entries(run.keys)
+        .map(([id, plan]) => `    - { id: ${id}, key: "${SECRETS[id]}", plan: ${plan} }`)
+        .join('\n')}`;
+  const plans = Object.entries(run.plans)
+    .map(([name, p]) => `  ${name}: { capacity: ${p.capacity}, refill_per_second: ${p.refill}${p.budget === undefined ? '' : `, provider_calls: { limit: ${p.budget}, window: day }`} }`)
+    .join('\n');
+  const credentials = run.passThrough ? '' : `, credentials: [{ id: c1, headers: { X-API-Key: cred-c1 } }, { id: c2, headers: { X-API-Key: cred-c2 } }]`;
+  const x =
+    xUrl === undefined || run.xCaps === undefined
+      ? ''
+      : `\n  x: { kind: x_v2, url: "${xUrl}", bearer_token: "${X_TOKEN}", batch: { enabled: true, window_ms: ${shape.batchWindowMs} }, ${limits(run.xCaps)} }\nroutes: { user: [x], user_by_username: [x], tweet: [x], tweets: [main], replies: [main], following: [main] }`;
+  return `server: { host: 127.0.0.1, port: ${port}, shutdown_grace_ms: ${run.graceMs}, miss_deadline_ms: ${run.missDeadlineMs} }
+${auth}
+rate_limits:
+${plans}
+admin:
+  keys:
+    - { id: ops, key: "${ADMIN_KEY}" }
+upstreams:
+  main: { kind: v1, url: "${providerUrl}"${credentials}, ${limits(caps)} }${x}
+cache:
+  memory: { max_bytes: 16777216 }
+  redis: { url: "${redisUrl}" }
+  ttl_seconds: { ${ttls} }
+  stale_seconds: ${run.staleSeconds}
+log: { level: info }
+`;
+}
+
+/** One perch instance: its relay to Redis, its port, its current process. */
+export class Instance {
+  gen = 0;
+  child: ChildProcess | undefined;
+  url: string;
+  #stdout = '';
+  #stderr = '';
+  #exited: Promise<void> = Promise.resolve();
+  #signal: { name: string; at: number } | undefined;
+  #ready = false;
+
+  constructor(
+    readonly index: number,
+    readonly port: number,
+    readonly relay: TcpProxy,
+    readonly configPath: string,
+    readonly main: string,
+    readonly workers: number,
+    readonly history: HistoryWriter,
+    readonly now: () => number,
+  ) {
+    this.url = `http://127.0.0.1:${port}`;
+  }
+
+  get up(): boolean {
+    return this.#ready && this.child !== undefined && this.child.exitCode === null && this.child.signalCode === null && this.#signal === undefined;
+  }
+
+  async start(): Promise<void> {
+    this.gen++;
+    const gen = this.gen;
+    this.#stdout = '';
+    this.#stderr = '';
+    this.#signal = undefined;
+    this.#ready = false;
+    const args = [this.main, '--config', this.configPath, ...(this.workers > 0 ? ['--workers', String(this.workers)] : [])];
+    const child = spawn(process.execPath, args, { env: { PATH: process.env.PATH }, stdio: ['ignore', 'pipe', 'pipe'] });
+    this.child = child;
+    child.stdout!.on('data', (d: Buffer) => (this.#stdout += d.toString()));
+    child.stderr!.on('data', (d: Buffer) => (this.#stderr += d.toString()));
+    this.#exited = new Promise((resolve) =>
+      child.on('exit', (code, signal) => {
+        const sent = this.#signal;
+        this.history.add({ t: 'proc', inst: this.index, gen, kind: 'exit', at: this.now(), code, signal, ...(sent === undefined ? {} : { sentSignal: sent.name, signalAt: sent.at }) });
+        this.#recordStdout(gen, sent?.name !== 'SIGKILL');
+        resolve();
+      }),
+    );
+    const deadline = Date.now() + 30_000;
+    while (!/perch is up on/.test(this.#stderr) && child.exitCode === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    if (!/perch is up on/.test(this.#stderr)) throw new Error(`instance ${this.index} did not start:\n${this.#stderr}${this.#stdout}`.slice(0, 4000));
+    this.history.add({ t: 'proc', inst: this.index, gen, kind: 'start', at: this.now() });
+    this.#ready = true;
+  }
+
+  #recordStdout(gen: number, clean: boolean): void {
+    const lines = this.#stdout.split('\n');
+    // A process killed mid-write may leave a partial last line: only whole lines are judged then.
+    const last = lines.pop() ?? '';
+    if (clean && last !== '') lines.push(last);
+    const badLines: string[] = [];
+    const accessIds: string[] = [];
+    for (const line of lines) {
+      if (line === '') continue;
+      try {
+        const entry = JSON.parse(line) as { msg?: string; req_id?: string };
+        if (entry.msg === 'request' && entry.req_id !== undefined) accessIds.push(entry.req_id);
+      } catch {
+        badLines.push(line);
+      }
+    }
+    this.history.add({ t: 'stdout', inst: this.index, gen, clean, badLines, accessIds });
+  }
+
+  /** Sends `signal` and waits for the exit (SIGKILL after 15 s, so a run always ends). */
+  async stop(signal: 'SIGTERM' | 'SIGKILL'): Promise<void> {
+    const child = this.child;
+    if (child === undefined || child.exitCode !== null || child.signalCode !== null) return;
+    this.#signal = { name: signal, at: this.now() };
+    child.kill(signal);
+    const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+    await this.#exited;
+    clearTimeout(timer);
+  }
+
+  hup(): void {
+    this.child?.kill('SIGHUP');
+  }
+}
+
+export interface Fleet {
+  readonly redis: TestRedis;
+  readonly instances: readonly Instance[];
+  /** Rewrites every instance's config with `caps` and `ttl` (for a SIGHUP). */
+  rewrite(caps: Caps, ttl: number): void;
+}
+
+export async function startFleet(teardown: Teardown, shape: FleetShape, dir: string, perchDir: string, providerUrl: string, xUrl: string | undefined, history: HistoryWriter, now: () => number): Promise<Fleet> {
+  const t = teardown.context;
+  const redis = await startRedis(t);
+  const main = join(perchDir, 'dist', 'src', 'main.js');
+  const instances: Instance[] = [];
+  for (let i = 0; i < shape.run.instances; i++) {
+    const relay = await startTcpProxy(t, redis.port);
+    const port = await freePort();
+    const path = join(dir, `perch-${i}.yaml`);
+    writeFileSync(path, configYaml(shape, port, relay.url, providerUrl, xUrl, shape.run.caps, shape.run.ttl));
+    instances.push(new Instance(i, port, relay, path, main, i === 0 ? shape.run.workers : 0, history, now));
+  }
+  t.after(() => Promise.all(instances.map((inst) => inst.stop('SIGKILL'))));
+  await Promise.all(instances.map((inst) => inst.start()));
+  return {
+    redis,
+    instances,
+    rewrite: (caps, ttl) => {
+      for (const inst of instances) writeFileSync(inst.configPath, configYaml(shape, inst.port, inst.relay.url, providerUrl, xUrl, caps, ttl));
+    },
+  };
+}

@@ -1,0 +1,608 @@
+import type { CallEvent, Caps, Event, FaultEvent, History, Plan, RequestEvent } from './history.js';
+
+/**
+ * What perch promises, checked over one recorded history. Each invariant is a named function
+ * whose bound is the one docs/*.md states; where the docs give an allowance (a Redis outage, a
+ * lease held by another instance) the invariant holds perch to exactly that allowance.
+ *
+ * A violation whose conditions are those of a still-open issue carries that issue's number
+ * (`openIssue`): it is reported, and fails a run only with `--known-open fail`.
+ */
+export interface Violation {
+  readonly invariant: string;
+  readonly message: string;
+  /** When it shows, ms since the run started. */
+  readonly at: number;
+  /** The events that show it: requests, calls, purges, faults involved. */
+  readonly slice: readonly Event[];
+  readonly openIssue?: number;
+  /** A heuristic bound, not one the docs state exactly: reported like an open issue's. */
+  readonly advisory?: true;
+}
+
+export interface Invariant {
+  readonly name: string;
+  /** The promise and its bound, as the docs state them. */
+  readonly bound: string;
+  /** The open issue whose defects this invariant is known to catch, if any. */
+  readonly openIssue?: number;
+  readonly check: (h: History) => Violation[];
+}
+
+/**
+ * Leeway for times taken in the fleet's own process: the provider stand-ins share its event loop
+ * with the workload, so an arrival is stamped when the loop gets to it, up to about a tenth of a
+ * second late on a loaded machine (a v1 cap of 2 showed 3 calls in 909 ms, nothing else wrong).
+ */
+const SLACK_MS = 150;
+/** How long after a Redis fault its effects may still show (reconnection, write-back). */
+const SETTLE_MS = 5000;
+
+/**
+ * Faults after which an instance admits on its own share until Redis has its counts back: Redis
+ * away for all or one, and an instance (re)starting, whose connection is not ready at once.
+ */
+const REDIS_FAULTS = new Set(['redis-kill', 'redis-freeze', 'relay-cut', 'relay-delay', 'inst-kill', 'inst-term']);
+
+/** Such faults that touch [from, to] (one ending within SETTLE_MS before `from` included), the fleet's start too. */
+export function redisTrouble(h: History, from: number, to: number): FaultEvent[] {
+  const faults = h.faults.filter((f) => REDIS_FAULTS.has(f.kind) && f.at <= to && f.until + SETTLE_MS >= from);
+  const started = Math.max(-Infinity, ...h.procs.filter((p) => p.kind === 'start' && p.gen === 1).map((p) => p.at));
+  if (from <= started + SETTLE_MS) faults.unshift({ t: 'fault', kind: 'fleet-start', at: 0, until: started });
+  return faults;
+}
+
+/** Every fault touching [from, to], and the fleet's start: a limiter's state may be anyone's then. */
+function anyTrouble(h: History, from: number, to: number): FaultEvent[] {
+  return [...redisTrouble(h, from, to), ...h.faults.filter((f) => !REDIS_FAULTS.has(f.kind) && f.at <= to && f.until + SETTLE_MS >= from)];
+}
+
+/**
+ * The caps of upstream `u` in effect at any time in [from, to] (a SIGHUP takes a moment to
+ * apply): the largest of each, or with `least` the smallest, whichever is lenient for the check.
+ */
+export function capsDuring(h: History, u: 'v1' | 'x', from: number, to: number, least = false): Caps | undefined {
+  const initial = u === 'v1' ? h.run.caps : h.run.xCaps;
+  if (initial === undefined) return undefined;
+  let inEffect: Caps = initial;
+  const seen: Caps[] = [];
+  for (const c of [...h.configs].sort((a, b) => a.at - b.at)) {
+    if (c.at + 500 < from) inEffect = u === 'v1' ? c.caps : inEffect;
+    else if (c.at <= to && u === 'v1') seen.push(c.caps);
+  }
+  const all = [inEffect, ...seen];
+  const pick = (f: (c: Caps) => number) => (least ? Math.min(...all.map(f)) : Math.max(...all.map(f)));
+  return {
+    rate: pick((c) => c.rate),
+    maxConcurrent: pick((c) => c.maxConcurrent),
+    quota: { requests: pick((c) => c.quota.requests), perSeconds: pick((c) => c.quota.perSeconds) },
+    downShare: pick((c) => c.downShare),
+  };
+}
+
+/** The open issue a provider-side violation falls under: 56 with a Redis fault or an instance (re)start near. */
+function providerIssue(trouble: readonly FaultEvent[]): { openIssue?: number } {
+  return trouble.length > 0 ? { openIssue: 56 } : {};
+}
+
+function callsOf(h: History, u: 'v1' | 'x'): CallEvent[] {
+  return h.calls.filter((c) => c.upstream === u);
+}
+
+/** Whether perch's limiter refused this request (its own 429: no Cache-Status, the cache was never asked). */
+export function rateLimited(r: RequestEvent): boolean {
+  return r.status === 429 && r.cache === undefined;
+}
+
+function windowCheck(h: History, name: string, windowMs: (caps: Caps) => number, bound: (caps: Caps) => number, what: string): Violation[] {
+  const out: Violation[] = [];
+  for (const u of ['v1', 'x'] as const) {
+    const calls = callsOf(h, u);
+    let reportedUntil = -Infinity;
+    const reportedKills = new Set<FaultEvent>();
+    for (let i = 0; i < calls.length; i++) {
+      const from = calls[i]!.start;
+      const caps = capsDuring(h, u, from, from)!;
+      const end = from + windowMs(caps) - SLACK_MS;
+      let j = i;
+      while (j < calls.length && calls[j]!.start < end) j++;
+      const count = j - i;
+      const limit = bound(capsDuring(h, u, from, end)!);
+      if (count <= limit) continue;
+      const trouble = redisTrouble(h, from, end);
+      // Which part came after Redis restarted empty within the window, when the part before kept the bound.
+      const kill = trouble.find((f) => f.kind === 'redis-kill' && f.until >= from && !reportedKills.has(f));
+      const before = kill === undefined ? 0 : calls.slice(i, j).filter((c) => c.start < kill.until).length;
+      const afterKill = kill !== undefined && before <= limit;
+      // One report per burst, and one per Redis restart that the bound broke across.
+      if (from < reportedUntil && !afterKill) continue;
+      if (afterKill) reportedKills.add(kill);
+      reportedUntil = end;
+      out.push({
+        invariant: name,
+        message: `${u}: ${count} calls in ${windowMs(caps)} ms from t=${Math.round(from)}, ${what} ${limit}${afterKill ? `; ${count - before} of them after Redis restarted empty at t=${Math.round(kill.until)}` : ''}`,
+        at: from,
+        slice: [...trouble, ...calls.slice(i, j)],
+        ...providerIssue(trouble),
+      });
+    }
+  }
+  return out;
+}
+
+/** docs/configuration.md `max_requests_per_second`: "never more in any one-second window". */
+export const providerRate: Invariant = {
+  name: 'providerRate',
+  bound: 'calls to an upstream in any 1 s window <= ceil(max_requests_per_second); across a Redis outage with redis_down_share = 1/instances and an even load, the same (docs/provider.md)',
+  openIssue: 56,
+  check: (h) => windowCheck(h, 'providerRate', () => 1000, (c) => Math.ceil(c.rate), 'cap'),
+};
+
+/** docs/provider.md: the quota holds fleet-wide, and across an outage at most max(quota, sum of max(r_i, share x quota)). */
+export const providerQuota: Invariant = {
+  name: 'providerQuota',
+  bound: 'calls in any quota window <= quota.requests (the outage bound max(quota, sum max(r_i, share x quota)) is the quota itself when no instance spent more than its share)',
+  openIssue: 56,
+  check: (h) => windowCheck(h, 'providerQuota', (c) => c.quota.perSeconds * 1000, (c) => c.quota.requests, 'quota'),
+};
+
+/** docs/configuration.md `max_concurrent`: calls in flight at once, fleet-wide. */
+export const providerConcurrency: Invariant = {
+  name: 'providerConcurrency',
+  bound: 'calls in flight at the provider at once <= max_concurrent',
+  openIssue: 56,
+  check: (h) => {
+    const out: Violation[] = [];
+    for (const u of ['v1', 'x'] as const) {
+      const calls = callsOf(h, u);
+      // A call perch gave up on ends for perch before the provider notices: its end is shaved.
+      const active: CallEvent[] = [];
+      for (const c of calls) {
+        for (let k = active.length - 1; k >= 0; k--) if (active[k]!.end - SLACK_MS <= c.start) active.splice(k, 1);
+        active.push(c);
+        const limit = capsDuring(h, u, c.start, c.start)!.maxConcurrent;
+        if (active.length > limit) {
+          const trouble = redisTrouble(h, c.start, c.start);
+          out.push({ invariant: 'providerConcurrency', message: `${u}: ${active.length} calls in flight at t=${Math.round(c.start)}, max_concurrent ${limit}`, at: c.start, slice: [...trouble, ...active], ...providerIssue(trouble) });
+          active.length = 0;
+        }
+      }
+    }
+    return out;
+  },
+};
+
+/**
+ * docs/provider.md: "every instance honours what the provider told any one of them": after a 429
+ * with Retry-After on a credential, no call on it until then. A 401 takes the credential out of
+ * the rotation of the process that drew it (each learns for itself; one rechecks at a time after
+ * `credential_recheck_seconds`, a reload restores it): until then, at most one more 401 on it per
+ * perch process the run started.
+ */
+export const providerStops: Invariant = {
+  name: 'providerStops',
+  bound: 'no call on a credential within Retry-After of its 429 (cooldown_scope upstream); after its 401, until a reload, at most one 401 on it per perch process started',
+  openIssue: 56,
+  check: (h) => {
+    if (h.run.passThrough) return [];
+    const out: Violation[] = [];
+    const calls = callsOf(h, 'v1');
+    const processes = h.procs.filter((p) => p.kind === 'start').length + (h.run.workers > 0 ? h.run.workers : 0);
+    for (const stop of calls) {
+      let bad: CallEvent | undefined;
+      let until: number;
+      if (stop.status === 429 && stop.retryAfter !== undefined) {
+        until = stop.end + stop.retryAfter * 1000;
+        bad = calls.find((c) => c.cred === stop.cred && c.start > stop.end + SLACK_MS && c.start < until - SLACK_MS);
+      } else if (stop.status === 401 && !calls.some((c) => c.status === 401 && c.cred === stop.cred && c.end < stop.end)) {
+        until = Math.min(stop.end + 300_000, ...h.configs.filter((c) => c.at > stop.end).map((c) => c.at));
+        bad = calls.filter((c) => c.cred === stop.cred && c.status === 401 && c.start > stop.end + SLACK_MS && c.start < until)[processes];
+      } else continue;
+      if (bad === undefined) continue;
+      // Issue 56: stops hold across Redis restarts and reloads.
+      const trouble = [...redisTrouble(h, stop.end, bad.start), ...h.faults.filter((f) => f.kind === 'sighup' && f.at >= stop.end && f.at <= bad.start)];
+      out.push({ invariant: 'providerStops', message: `call on ${bad.cred} at t=${Math.round(bad.start)} within the stop of its ${stop.status} at t=${Math.round(stop.end)} (until t=${Math.round(until)})`, at: bad.start, slice: [...trouble, stop, bad], ...(trouble.length > 0 ? { openIssue: 56 } : {}) });
+    }
+    return out;
+  },
+};
+
+/** docs/provider.md "Budgets": one key's provider calls per calendar window within `provider_calls.limit`. */
+export const perKeyBudget: Invariant = {
+  name: 'perKeyBudget',
+  bound: "calls charged to a key in its window <= provider_calls.limit (the key `budget` alone asks for its paths, so every call for them is its)",
+  openIssue: 56,
+  check: (h) => {
+    const plan = h.run.plans[h.run.keys['budget'] ?? ''];
+    if (plan?.budget === undefined) return [];
+    const calls = h.calls.filter((c) => c.resources.some((r) => r.startsWith(h.run.budgetPrefix)));
+    if (calls.length <= plan.budget) return [];
+    const over = calls[plan.budget]!;
+    const trouble = redisTrouble(h, 0, over.start);
+    return [{ invariant: 'perKeyBudget', message: `${calls.length} calls charged to key budget, limit ${plan.budget} a day`, at: over.start, slice: [...trouble, ...calls.slice(plan.budget - 1)], ...(trouble.length > 0 ? { openIssue: 56 } : {}) }];
+  },
+};
+
+function requestsByKey(h: History): Map<string, RequestEvent[]> {
+  const byKey = new Map<string, RequestEvent[]>();
+  for (const r of h.requests) if (r.key !== 'madeup') byKey.set(r.key, [...(byKey.get(r.key) ?? []), r]);
+  return byKey;
+}
+
+function planOf(h: History, key: string): Plan | undefined {
+  return h.run.plans[h.run.keys[key] ?? ''];
+}
+
+/** docs/rate-limits.md: the fleet never spends more tokens than the bucket gave. */
+export const rateLimitUpper: Invariant = {
+  name: 'rateLimitUpper',
+  bound: 'per key, requests admitted in any interval dt <= capacity + refill_per_second x dt (+1 for the edges); while Redis is away each instance keeps its own bucket (issue 55)',
+  openIssue: 55,
+  check: (h) => {
+    const out: Violation[] = [];
+    for (const [key, all] of requestsByKey(h)) {
+      const plan = planOf(h, key);
+      if (plan === undefined) continue;
+      const admitted = all.filter((r) => r.status > 0 && !rateLimited(r));
+      for (let i = 0; i < admitted.length; i++) {
+        // Each was admitted somewhere between its sending and its answer: the widest interval counts.
+        let last = 0;
+        for (let j = i; j < i + Math.floor(plan.capacity) && j < admitted.length; j++) last = Math.max(last, admitted[j]!.done);
+        for (let j = i + Math.floor(plan.capacity); j < admitted.length; j++) {
+          last = Math.max(last, admitted[j]!.done);
+          const dt = (last - admitted[i]!.sent) / 1000;
+          const allowed = plan.capacity + plan.refill * (dt + SLACK_MS / 1000) + 1;
+          if (j - i + 1 - allowed > admitted.length - j) break;
+          if (j - i + 1 > allowed) {
+            const trouble = anyTrouble(h, admitted[i]!.sent, admitted[j]!.sent);
+            out.push({ invariant: 'rateLimitUpper', message: `key ${key}: ${j - i + 1} admitted in ${dt.toFixed(3)} s, plan allows ${allowed.toFixed(1)}`, at: admitted[j]!.sent, slice: [...trouble, admitted[i]!, admitted[j]!], ...(trouble.length > 0 ? { openIssue: 55 } : {}) });
+            i = admitted.length;
+            break;
+          }
+        }
+      }
+    }
+    return out;
+  },
+};
+
+/** The lease bound of docs/rate-limits.md: a request is refused early only while other instances hold tokens, each at most two leases of min(lease, capacity / (2 n)). */
+export function leaseAllowance(plan: Plan, instances: number): number {
+  if (plan.capacity < 20) return 0;
+  const lease = Math.min(Math.floor(plan.capacity / 10), Math.max(100, Math.floor(plan.refill / 10)));
+  return 2 * instances * Math.min(lease, plan.capacity / (2 * instances));
+}
+
+/**
+ * The other side of the bucket: a key that stays under its plan is never refused. The client's
+ * own model of the bucket (full at its first request, refilled at the plan's rate, one token per
+ * request that may have been admitted) must be empty when perch refuses, but for the lease bound
+ * of docs/rate-limits.md: refused early only while other instances hold tokens (the allowance),
+ * never for more than a second.
+ */
+export const underPlanNeverRefused: Invariant = {
+  name: 'underPlanNeverRefused',
+  bound: "a refusal by the limiter only when the plan's bucket, replayed from what the key sent, holds < 1.5 tokens + 0.1 s of refill; or, for at most a second, < that + the lease allowance (2 x instances x min(lease, capacity / (2 x instances)), plans of 20 or more)",
+  openIssue: 55,
+  check: (h) => {
+    const out: Violation[] = [];
+    for (const [key, all] of requestsByKey(h)) {
+      const plan = planOf(h, key);
+      if (plan === undefined) continue;
+      // One token, and half a token and a tenth of a second's refill for the clocks (ours, Redis TIME).
+      const base = 1.5 + plan.refill * 0.1;
+      const allowance = leaseAllowance(plan, h.run.instances);
+      let tokens = plan.capacity;
+      let last = all[0]?.sent ?? 0;
+      let earlySince: number | undefined;
+      let lastRefusal = -Infinity;
+      // Pass-through: a key is the provider's to accept; only refusals after its first answer count.
+      let accepted = !h.run.passThrough;
+      for (const r of all) {
+        tokens = Math.min(plan.capacity, tokens + (plan.refill * (r.sent - last)) / 1000);
+        last = r.sent;
+        if (!rateLimited(r)) {
+          if (r.status === 200 || r.status === 304) accepted = true;
+          tokens -= 1;
+          continue;
+        }
+        // Requests of the key sent while this one was on its way may have reached perch first.
+        const overtaking = all.filter((o) => o.sent > r.sent && o.sent <= r.done && !rateLimited(o)).length;
+        const left = tokens - overtaking;
+        if (r.sent - lastRefusal > 2000 || left < base) earlySince = undefined;
+        lastRefusal = r.sent;
+        if (!accepted || left < base) continue;
+        earlySince ??= r.sent;
+        const why = left >= base + allowance ? `allowance ${allowance.toFixed(1)}` : r.sent - earlySince > 1000 ? `refused early since t=${Math.round(earlySince)}, more than a second` : undefined;
+        if (why === undefined) continue;
+        const trouble = anyTrouble(h, r.sent - 10_000, r.sent);
+        const open = plan.capacity >= 20 || trouble.length > 0;
+        out.push({ invariant: 'underPlanNeverRefused', message: `key ${key} refused at t=${Math.round(r.sent)} with ${left.toFixed(1)} tokens left in its plan (${why})`, at: r.sent, slice: [...trouble, ...all.filter((o) => o.sent <= r.sent).slice(-5)], ...(open ? { openIssue: 55 } : {}) });
+        break;
+      }
+    }
+    return out;
+  },
+};
+
+/** A purge's scope, as the resource it names (`*`: all), covers a resource. */
+function covers(scope: string, resource: string): boolean {
+  return scope === '*' || resource === scope;
+}
+
+/** A request's resource: its path without the query (cursors and counts are the same resource). */
+export function resourceOf(path: string): string {
+  return path.split('?')[0]!;
+}
+
+/** docs/caching.md "Purging": a purge answered 200 is a miss on the next GET on every instance. */
+export const purgeWins: Invariant = {
+  name: 'purgeWins',
+  bound: 'a 200 sent after a purge was answered 200 carries a body the provider answered to a call that began after the purge was sent (issue 58 when the answer joined a flight begun before the purge, or Redis had a fault)',
+  openIssue: 58,
+  check: (h) => {
+    const out: Violation[] = [];
+    const purges = h.purges.filter((p) => p.status === 200);
+    for (const r of h.requests) {
+      if (r.status !== 200 || r.version === undefined) continue;
+      const res = resourceOf(r.path);
+      const purge = purges.filter((p) => p.done < r.sent && covers(p.scope, res)).sort((a, b) => b.done - a.done)[0];
+      if (purge === undefined) continue;
+      const fetched = h.calls.some((c) => c.start >= purge.sent && c.resources.some((x, i) => x === res && c.versions?.[i] === r.version));
+      if (fetched) continue;
+      const earlier = h.calls.filter((c) => c.resources.includes(res) && c.start < purge.sent).slice(-2);
+      // Issue 58: a request after the purge joins a flight that began before it. With no such
+      // flight (or Redis, which holds the purge counters, restarted) the purge did not hold at all.
+      const joined = earlier.some((c) => c.end >= purge.sent);
+      const trouble = redisTrouble(h, purge.sent, r.done);
+      out.push({ invariant: 'purgeWins', message: `${res} v${r.version} answered at t=${Math.round(r.done)} (sent t=${Math.round(r.sent)}) after a purge acknowledged at t=${Math.round(purge.done)}, and no call since the purge answered it${joined ? ' (a flight begun before the purge)' : ''}`, at: r.sent, slice: [...trouble, purge, ...earlier, r], ...(joined || trouble.length > 0 ? { openIssue: 58 } : {}) });
+    }
+    return out.slice(0, 5);
+  },
+};
+
+function answersOn(h: History): Map<string, RequestEvent[]> {
+  const by = new Map<string, RequestEvent[]>();
+  for (const r of h.requests) {
+    if (r.status !== 200 && r.status !== 304) continue;
+    const k = `${r.inst}/${r.gen}/${r.path}`;
+    by.set(k, [...(by.get(k) ?? []), r]);
+  }
+  return by;
+}
+
+/** docs/caching.md: no time travel: one instance never answers an older body after a newer one. */
+export const versionsMonotonic: Invariant = {
+  name: 'versionsMonotonic',
+  bound: 'per instance process and path, a 200 sent after another was answered carries a version >= that one',
+  openIssue: 58,
+  check: (h) => {
+    const out: Violation[] = [];
+    for (const list of answersOn(h).values()) {
+      let newest: RequestEvent | undefined;
+      for (const r of list) {
+        if (r.status !== 200 || r.version === undefined) continue;
+        if (newest !== undefined && newest.done < r.sent && r.version < newest.version!) {
+          out.push({ invariant: 'versionsMonotonic', message: `instance ${r.inst} answered ${resourceOf(r.path)} v${r.version} after v${newest.version}`, at: r.sent, slice: [newest, r], openIssue: 58 });
+          break;
+        }
+        if (newest === undefined || (r.version > newest.version! && r.done > newest.done)) newest = r;
+      }
+    }
+    return out;
+  },
+};
+
+/** docs/caching.md "Stale serving": nothing is served older than its TTL plus `stale_seconds`. */
+export const staleWithinBound: Invariant = {
+  name: 'staleWithinBound',
+  bound: 'a 200 body was last answered by the provider at most ttl + stale_seconds (+1.5 s for whole seconds) before it was sent',
+  check: (h) => {
+    const out: Violation[] = [];
+    const ttl = Math.max(h.run.ttl, ...h.configs.map((c) => c.ttl));
+    const limit = (ttl + h.run.staleSeconds) * 1000 + 1500;
+    for (const r of h.requests) {
+      if (r.status !== 200 || r.version === undefined) continue;
+      const res = resourceOf(r.path);
+      const source = h.calls.filter((c) => c.start < r.done && c.resources.some((x, i) => x === res && c.versions?.[i] === r.version)).at(-1);
+      if (source === undefined) {
+        out.push({ invariant: 'staleWithinBound', message: `${res} v${r.version} answered, but the provider never answered that version`, at: r.sent, slice: [r] });
+        continue;
+      }
+      if (r.sent - source.end > limit) out.push({ invariant: 'staleWithinBound', message: `${res} v${r.version} answered ${Math.round(r.sent - source.end)} ms after the provider last answered it (ttl ${ttl} s + stale ${h.run.staleSeconds} s)`, at: r.sent, slice: [source, r] });
+    }
+    return out.slice(0, 5);
+  },
+};
+
+/** docs/caching.md "Compression and revalidation": 304 only when the client's copy is the current body. */
+export const notModifiedMatches: Invariant = {
+  name: 'notModifiedMatches',
+  bound: 'a 304 between two 200s of the same instance and path carrying the same body v is only for a validator taken from v',
+  openIssue: 58,
+  check: (h) => {
+    const out: Violation[] = [];
+    for (const list of answersOn(h).values()) {
+      for (let i = 0; i < list.length; i++) {
+        const r = list[i]!;
+        if (r.status !== 304 || r.validatorVersion === undefined) continue;
+        const before = list.slice(0, i).filter((o) => o.status === 200 && o.done < r.sent).at(-1);
+        const after = list.slice(i + 1).find((o) => o.status === 200 && o.sent > r.done);
+        if (before?.version === undefined || after?.version !== before.version) continue;
+        if (r.validatorVersion !== before.version) out.push({ invariant: 'notModifiedMatches', message: `304 for ${r.validator} of v${r.validatorVersion} while the instance served v${before.version} before and after`, at: r.sent, slice: [before, r, after], openIssue: 58 });
+      }
+    }
+    return out.slice(0, 5);
+  },
+};
+
+/** docs/configuration.md `auth`, docs/upstreams.md "Pass-through auth": nothing to a key nobody accepted. */
+export const authOnlyAccepted: Invariant = {
+  name: 'authOnlyAccepted',
+  bound: 'no 200 or 304 to a made-up key (not in auth.keys; in pass-through, refused by the provider)',
+  check: (h) =>
+    h.requests
+      .filter((r) => r.key === 'madeup' && (r.status === 200 || r.status === 304))
+      .slice(0, 5)
+      .map((r) => ({ invariant: 'authOnlyAccepted', message: `${r.status} to a made-up key for ${r.path}`, at: r.sent, slice: [r] })),
+};
+
+/** The upstream a path goes to: with batching, user, username and tweet lookups go to X. */
+export function upstreamOf(h: History, path: string): 'v1' | 'x' {
+  return h.run.batch && /^\/v1\/(users\/\d+|users\/by\/username\/[^/?]+|tweets\/\d+)(\?|$)/.test(path) ? 'x' : 'v1';
+}
+
+/**
+ * A 429 perch gives on the provider's behalf (the cache was asked: Cache-Status is set) only when
+ * something was over: the call cap, the quota, max_concurrent, a stop, the key's budget, a breaker.
+ * The docs state no exact bound for "nothing over" (fair shares, an instance's share while its
+ * Redis connection comes up), so this one is advisory: reported, failing only with
+ * `--known-open fail`; but for a key the provider accepted in pass-through, which docs/upstreams.md
+ * keeps apart from unknown keys' verifying calls.
+ */
+export const refusalOnlyOverCap: Invariant = {
+  name: 'refusalOnlyOverCap',
+  bound: 'a provider-side 429 only when, around it, calls filled seven tenths of the cap (in the second before and while it waited), the quota or max_concurrent, or a stop, a budget, a provider failure or a Redis fault was there; in pass-through, to a key the provider accepted before',
+  check: (h) => {
+    const out: Violation[] = [];
+    // Pass-through: a key the provider has not accepted yet may be refused a verifying call.
+    const acceptedAt = new Map<string, number>();
+    for (const r of h.requests) if ((r.status === 200 || r.status === 304) && r.done < (acceptedAt.get(r.key) ?? Infinity)) acceptedAt.set(r.key, r.done);
+    for (const r of h.requests) {
+      if (r.status !== 429 || rateLimited(r) || r.key === 'budget') continue;
+      if (h.run.passThrough && !((acceptedAt.get(r.key) ?? Infinity) < r.sent)) continue;
+      const from = r.sent - 1000;
+      // A failing provider may be shed for a throttle window (10 s by default) after; a 429's stop lasts its Retry-After.
+      const providerFaults = h.faults.filter((f) => f.kind.startsWith('provider') && f.at <= r.done && f.until + (f.kind === 'provider-limit' ? 6000 : f.kind === 'provider-slow' || f.kind === 'provider-reject' ? 2000 : 15_000) >= from);
+      // Redis away: admissions fall back to each instance's share, refused once that is spent, for a moment after too.
+      if (providerFaults.length > 0 || redisTrouble(h, from, r.done).some((f) => f.until + 2000 >= from)) continue;
+      let over = false;
+      for (const u of [upstreamOf(h, r.path)]) {
+        const caps = capsDuring(h, u, from, r.done, true);
+        if (caps === undefined) continue;
+        const calls = callsOf(h, u);
+        const near = calls.filter((c) => c.start >= from && c.start <= r.done).length;
+        const quotaFrom = r.sent - caps.quota.perSeconds * 1000;
+        const inQuota = calls.filter((c) => c.start >= quotaFrom && c.start <= r.done).length;
+        const inFlight = Math.max(0, ...calls.filter((c) => c.start <= r.done && c.end >= r.sent).map((c) => calls.filter((o) => o.start <= c.start && o.end >= c.start).length));
+        // In pass-through a 401 is the provider refusing a made-up key, no stop.
+        const stopped = calls.some((c) => (c.status === 429 || (c.status === 401 && !h.run.passThrough) || c.status >= 500) && c.end >= r.sent - 300_000 && c.end <= r.done);
+        // A call holds its place in the windows until a window after its answer (docs/provider.md):
+        // a busy cap sends a little under its rate; seven tenths of it counts as full.
+        if (near >= Math.floor(0.7 * caps.rate * ((r.done - from) / 1000)) || inQuota >= caps.quota.requests - 1 || inFlight >= caps.maxConcurrent || stopped) over = true;
+      }
+      if (!over) out.push({ invariant: 'refusalOnlyOverCap', message: `429 for ${r.path} (${r.cache}) to key ${r.key}${h.run.passThrough ? ', which the provider accepted,' : ''} with nothing over the cap around it`, at: r.sent, slice: [r, ...h.calls.filter((c) => c.start >= from && c.start <= r.done)], ...(h.run.passThrough ? {} : { advisory: true as const }) });
+    }
+    return out.slice(0, 5);
+  },
+};
+
+/**
+ * docs/upstreams.md "Pass-through auth": a key the provider accepted keeps reading the cache while
+ * its acceptance is revalidated; made-up keys flooding the verifying calls cannot starve it.
+ */
+export const acceptedKeyReadsCache: Invariant = {
+  name: 'acceptedKeyReadsCache',
+  bound: 'in pass-through, no 429 to a key the provider accepted for a path the provider answered 200 less than the TTL (the smallest a SIGHUP set, less 0.5 s) before, with no purge of it, no Redis fault and no provider 429 since',
+  check: (h) => {
+    if (!h.run.passThrough) return [];
+    const out: Violation[] = [];
+    const acceptedAt = new Map<string, number>();
+    for (const r of h.requests) if ((r.status === 200 || r.status === 304) && r.done < (acceptedAt.get(r.key) ?? Infinity)) acceptedAt.set(r.key, r.done);
+    for (const r of h.requests) {
+      if (r.status !== 429 || rateLimited(r) || r.key === 'madeup' || !((acceptedAt.get(r.key) ?? Infinity) < r.sent)) continue;
+      const res = resourceOf(r.path);
+      const ttl = Math.min(h.run.ttl, ...h.configs.filter((c) => c.at <= r.sent).map((c) => c.ttl));
+      const fresh = h.calls.find((c) => c.status === 200 && c.resources.includes(res) && c.end < r.sent && r.sent < c.end + ttl * 1000 - 500);
+      if (fresh === undefined) continue;
+      if (h.purges.some((p) => (p.scope === '*' || p.scope === res) && p.sent <= r.sent && p.done >= fresh.end)) continue;
+      if (redisTrouble(h, fresh.end, r.sent).length > 0 || h.calls.some((c) => c.status === 429 && c.end >= fresh.end - 5000 && c.end <= r.sent)) continue;
+      out.push({ invariant: 'acceptedKeyReadsCache', message: `accepted key ${r.key} refused 429 for ${res}, cached fresh from t=${Math.round(fresh.end)} (ttl ${ttl} s)`, at: r.sent, slice: [fresh, r] });
+    }
+    return out.slice(0, 5);
+  },
+};
+
+/** docs/configuration.md `server.miss_deadline_ms`: a bound on everything a miss waits for. */
+export const liveness: Invariant = {
+  name: 'liveness',
+  bound: 'every request answered within miss_deadline_ms + 2 s; no connection failure on an instance that was not being stopped',
+  check: (h) => {
+    const out: Violation[] = [];
+    for (const r of h.requests) {
+      if (r.status > 0 && r.done - r.sent > h.run.missDeadlineMs + 2000) out.push({ invariant: 'liveness', message: `${r.path} answered after ${Math.round(r.done - r.sent)} ms (miss_deadline_ms ${h.run.missDeadlineMs})`, at: r.sent, slice: [...h.faults.filter((f) => f.at <= r.done && f.until >= r.sent), r] });
+      if (r.status === 0) {
+        const stopping = h.procs.some((p) => p.inst === r.inst && p.gen === r.gen && p.kind === 'exit' && (p.signalAt ?? p.at) <= r.done + 200);
+        if (!stopping) out.push({ invariant: 'liveness', message: `connection failed (${r.error}) on instance ${r.inst} that was not being stopped`, at: r.sent, slice: [r] });
+      }
+    }
+    return out.slice(0, 5);
+  },
+};
+
+/** docs/configuration.md `server.shutdown_grace_ms`: SIGTERM ends the process within the drain. */
+export const termWithinGrace: Invariant = {
+  name: 'termWithinGrace',
+  bound: 'a SIGTERMed process exits within shutdown_grace_ms + 1 s',
+  openIssue: 60,
+  check: (h) =>
+    h.procs
+      .filter((p) => p.kind === 'exit' && p.sentSignal === 'SIGTERM' && p.at - p.signalAt! > h.run.graceMs + 1000)
+      .map((p) => ({ invariant: 'termWithinGrace', message: `instance ${p.inst} took ${Math.round(p.at - p.signalAt!)} ms to exit after SIGTERM (grace ${h.run.graceMs} ms)`, at: p.signalAt!, slice: [p], ...(p.inst === 0 && h.run.workers > 0 ? { openIssue: 60 } : {}) })),
+};
+
+/** docs/observability.md "Logs": JSON lines on stdout and nothing else. */
+export const stdoutWholeJson: Invariant = {
+  name: 'stdoutWholeJson',
+  bound: 'every stdout line of every instance is one whole JSON object',
+  openIssue: 60,
+  check: (h) =>
+    h.stdouts
+      .filter((s) => s.badLines.length > 0)
+      .map((s) => ({ invariant: 'stdoutWholeJson', message: `instance ${s.inst} (process ${s.gen}): ${s.badLines.length} lines not JSON, first: ${s.badLines[0]!.slice(0, 200)}`, at: 0, slice: [s], ...(s.inst === 0 && h.run.workers > 0 ? { openIssue: 60 } : {}) })),
+};
+
+/** docs/observability.md: one access line per request. */
+export const accessLinesMatch: Invariant = {
+  name: 'accessLinesMatch',
+  bound: 'for a process that ended on SIGTERM or ran to the end: every answer has its access line (by X-Request-Id), and every access line is a request sent to it',
+  openIssue: 60,
+  check: (h) => {
+    const out: Violation[] = [];
+    for (const s of h.stdouts) {
+      if (!s.clean) continue;
+      const logged = new Set(s.accessIds);
+      const sent = h.requests.filter((r) => r.inst === s.inst && r.gen === s.gen);
+      const missing = sent.filter((r) => r.status > 0 && !logged.has(r.id));
+      const ids = new Set(sent.map((r) => r.id));
+      const extra = s.accessIds.filter((id) => !ids.has(id));
+      if (missing.length > 0 || extra.length > 0) out.push({ invariant: 'accessLinesMatch', message: `instance ${s.inst} (process ${s.gen}): ${missing.length} answers without an access line, ${extra.length} access lines of no request sent`, at: missing[0]?.sent ?? 0, slice: missing.slice(0, 5), ...(s.inst === 0 && h.run.workers > 0 ? { openIssue: 60 } : {}) });
+    }
+    return out;
+  },
+};
+
+export const INVARIANTS: readonly Invariant[] = [
+  providerRate,
+  providerQuota,
+  providerConcurrency,
+  providerStops,
+  perKeyBudget,
+  rateLimitUpper,
+  underPlanNeverRefused,
+  purgeWins,
+  versionsMonotonic,
+  staleWithinBound,
+  notModifiedMatches,
+  authOnlyAccepted,
+  refusalOnlyOverCap,
+  acceptedKeyReadsCache,
+  liveness,
+  termWithinGrace,
+  stdoutWholeJson,
+  accessLinesMatch,
+];
+
+export function checkAll(h: History, only?: readonly string[]): Violation[] {
+  return INVARIANTS.filter((i) => only === undefined || only.includes(i.name)).flatMap((i) => i.check(h));
+}
