@@ -194,7 +194,8 @@ test('a lease left by a crashed holder delays a miss only until it expires', asy
   const client = createRedisClient({ url: redis.url, prefix: 't:', command_timeout_ms: 1000 }, 'test');
   onCleanup(t, () => client.disconnect());
   await new Promise((resolve) => client.once('ready', resolve));
-  await client.set('t:lock:/v1/users/5', 'crashed-holder', 'PX', 300);
+  // The lease is per purge generation: 0.0 before any purge.
+  await client.set('t:lock:0.0:/v1/users/5', 'crashed-holder', 'PX', 300);
   const r = await timed(perch, '/v1/users/5');
   assert.equal(r.status, 200);
   assert.equal(r.cacheStatus, 'perch; fwd=miss; stored');

@@ -15,8 +15,8 @@ import type { Generations, PurgeTarget } from './generations.js';
  * counts from 0, below what the instances hold, and they would ignore the purge: then nothing is
  * counted, every instance is told to write back what it knows (`reset`), and the caller restores
  * the hash from its own view before it counts again.
- * KEYS[1] hash, ARGV[1] channel, ARGV[2] target. Returns { all, scope generation }, or { -1, 0 }
- * when the hash was missing.
+ * KEYS[1] hash, ARGV[1] channel, ARGV[2] target. Returns { all, scope generation, instances the
+ * message reached }, or { -1, 0 } when the hash was missing.
  */
 const PURGE_SCRIPT = `
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -27,13 +27,13 @@ if ARGV[2] == 'all' then
   local all = redis.call('HINCRBY', KEYS[1], 'all', 1)
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[1], 'all', all)
-  redis.call('PUBLISH', ARGV[1], tostring(all))
-  return { all, 0 }
+  local reached = redis.call('PUBLISH', ARGV[1], tostring(all))
+  return { all, 0, reached }
 end
 local generation = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
 local all = tonumber(redis.call('HGET', KEYS[1], 'all') or '0')
-redis.call('PUBLISH', ARGV[1], all .. ' ' .. generation .. ' ' .. ARGV[2])
-return { all, generation }`;
+local reached = redis.call('PUBLISH', ARGV[1], all .. ' ' .. generation .. ' ' .. ARGV[2])
+return { all, generation, reached }`;
 
 /** The message that asks every instance to write its counters back into a hash Redis lost. */
 const RESET = 'reset';
@@ -78,6 +78,20 @@ end
 return merged`;
 
 const MAX_RESYNC_DELAY_MS = 1000;
+
+/**
+ * How long a purge waits for every instance its message reached to confirm it applied it; past
+ * that the purge is counted but not confirmed (`unconfirmed`), and the caller is told to retry.
+ */
+const CONFIRM_MS = 2000;
+const CONFIRM_POLL_MS = 2;
+/** How long a confirmation counter outlives its purge. */
+const CONFIRM_TTL_MS = 10_000;
+// One confirmation: the counter of a purge's message, rising once per instance that applied it.
+const CONFIRM_SCRIPT = "local n = redis.call('INCR', KEYS[1]) redis.call('PEXPIRE', KEYS[1], ARGV[1]) return n";
+
+/** What became of a purge: applied by every instance it reached, counted only, or not counted. */
+export type PurgeResult = 'confirmed' | 'unconfirmed' | 'failed';
 
 export interface PurgeSyncOptions {
   /** The cache's connection: purges go through its breaker like every other command. */
@@ -128,20 +142,50 @@ export class PurgeSync {
    * lost is first restored from this instance's view (the others write theirs back on the
    * `reset` message), so the count starts above what every instance holds.
    */
-  async purge(target: PurgeTarget): Promise<boolean> {
+  async purge(target: PurgeTarget): Promise<PurgeResult> {
     for (let attempt = 0; attempt < 2; attempt++) {
       const reply = await this.#guard.run('purge', this.#key, (client) => client.eval(PURGE_SCRIPT, 1, this.#key, this.#channel, target));
-      if (!Array.isArray(reply)) return false;
-      const [all, generation] = reply.map(Number) as [number, number];
+      if (!Array.isArray(reply)) return 'failed';
+      const [all, generation, reached] = reply.map(Number) as [number, number, number];
       if (all >= 0) {
         this.#counted(all, target, generation, 'request');
-        return true;
+        return (await this.#confirmed(messageOf(all, target, generation), reached)) ? 'confirmed' : 'unconfirmed';
       }
       this.#logger.warn({ key: this.#key }, 'cache purge counters missing in Redis: restoring them before counting');
-      if (!(await this.#restore())) return false;
+      if (!(await this.#restore())) return 'failed';
     }
     // Lost again between the restore and the count: not counted, so not claimed.
-    return false;
+    return 'failed';
+  }
+
+  /**
+   * Whether every instance the purge's message reached (`reached`, this one's subscriber
+   * included) has applied it: each counts its application under the message (`#confirm`). Until
+   * then another instance could still serve, or let a request join, what the purge dropped.
+   */
+  async #confirmed(message: string, reached: number): Promise<boolean> {
+    const key = this.#confirmKey(message);
+    const deadline = performance.now() + CONFIRM_MS;
+    for (;;) {
+      const count = await this.#guard.run('purge', key, (client) => client.get(key));
+      if (count === undefined) return false;
+      if (Number(count ?? 0) >= reached) return true;
+      if (performance.now() >= deadline) {
+        this.#logger.warn({ reached, confirmed: Number(count ?? 0) }, 'cache purge not confirmed by every instance it reached');
+        return false;
+      }
+      await sleep(CONFIRM_POLL_MS);
+    }
+  }
+
+  #confirmKey(message: string): string {
+    return `${this.#key}:ack:${message}`;
+  }
+
+  /** Tells the purging instance this one applied the purge `message` announced. */
+  #confirm(message: string): void {
+    const key = this.#confirmKey(message);
+    this.#guard.fire('purge', (client) => client.eval(CONFIRM_SCRIPT, 1, key, CONFIRM_TTL_MS));
   }
 
   close(): void {
@@ -156,6 +200,8 @@ export class PurgeSync {
     const counts = [Number(all), Number(generation ?? 0)];
     if (!counts.every(Number.isSafeInteger)) return;
     this.#counted(counts[0]!, (scope ?? 'all') as PurgeTarget, counts[1]!, 'message');
+    // Applied (memory dropped, generations raised) synchronously above: only now confirmed.
+    this.#confirm(message);
   }
 
   /**
@@ -220,4 +266,9 @@ export class PurgeSync {
     // A new instance's first resync raises every scope purged since the last `all`: keep the line short.
     if (purged.length > 0) this.#logger.info({ purged: purged.slice(0, 10), count: purged.length, via }, 'cache purge applied');
   }
+}
+
+/** The message the purge script publishes for a purge counted as `all` and `generation`. */
+function messageOf(all: number, target: PurgeTarget, generation: number): string {
+  return target === 'all' ? String(all) : `${all} ${generation} ${target}`;
 }

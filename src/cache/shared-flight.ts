@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { GuardedRedis } from '../redis/guarded-redis.js';
 import type { CacheEntry } from './entry.js';
+import type { Generation } from './generation.js';
 import type { TieredCache } from './tiered-cache.js';
 
 /** How often an instance waiting on another's fetch looks for the result. */
@@ -41,10 +42,15 @@ export class SharedFlights {
     this.#prefix = prefix;
   }
 
-  /** `deadlineMs`: how long the leader may work on the miss (`server.miss_deadline_ms`). */
-  async claim(key: string, deadlineMs: number): Promise<Claim> {
+  /**
+   * `generation`: the purge generation of `key` the flight began in. The lease is per
+   * generation: once a purge is applied, a new flight takes a lease of its own at once instead
+   * of waiting on one begun before the purge, whose answer will not be stored.
+   * `deadlineMs`: how long the leader may work on the miss (`server.miss_deadline_ms`).
+   */
+  async claim(key: string, generation: Generation, deadlineMs: number): Promise<Claim> {
     const leaseMs = deadlineMs + LEASE_MARGIN_MS;
-    const lockKey = `${this.#prefix}lock:${key}`;
+    const lockKey = `${this.#prefix}lock:${generation.all}.${generation.scope}:${key}`;
     const token = randomUUID();
     const deadline = performance.now() + leaseMs + POLL_MS;
     for (;;) {

@@ -9,17 +9,17 @@ const ASCTIME = /^[A-Za-z]{3} [A-Za-z]{3} [ \d]\d \d\d:\d\d:\d\d \d{4}$/;
  * True when the request's validators match: `If-None-Match` lists the representation's tag (weak
  * comparison: `W/` is ignored) or is `*`; or, only when there is no `If-None-Match`,
  * `If-Modified-Since` is a valid date no earlier than `lastModifiedMs` (whole seconds, as
- * `Last-Modified` carries it). `sharedSecond`: another body was the answer within the second of
- * `lastModifiedMs`, so a date of that very second may name either, and only a later one matches.
+ * `Last-Modified` carries it). `undated`: no `Last-Modified` was sent, as no exact date is known,
+ * so no date can match.
  * A malformed date is ignored, as the RFC requires.
  */
-export function notModified(ifNoneMatch: string | undefined, ifModifiedSince: string | undefined, etag: string, lastModifiedMs: number, sharedSecond = false): boolean {
+export function notModified(ifNoneMatch: string | undefined, ifModifiedSince: string | undefined, etag: string, lastModifiedMs: number, undated = false): boolean {
   if (ifNoneMatch !== undefined) return ifNoneMatch.trim() === '*' || listsTag(ifNoneMatch, etag);
   if (ifModifiedSince === undefined) return false;
   // asctime dates carry no zone, and Date.parse would read them in the machine's; HTTP-dates are GMT.
   const since = Date.parse(ASCTIME.test(ifModifiedSince) ? `${ifModifiedSince} GMT` : ifModifiedSince);
   const second = Math.floor(lastModifiedMs / 1000) * 1000;
-  return Number.isFinite(since) && (sharedSecond ? second < since : second <= since);
+  return !undated && Number.isFinite(since) && second <= since;
 }
 
 /**

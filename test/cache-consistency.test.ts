@@ -1,0 +1,274 @@
+import assert from 'node:assert/strict';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { test, type TestContext } from 'node:test';
+import { ADMIN_YAML, purge } from './helpers/admin.js';
+import { ManualClock } from './helpers/clock.js';
+import { pollFor, startPerch, testConfig, v1, waitFor, type RunningPerch, type TestResponse } from './helpers/perch.js';
+import { startRedis } from './helpers/redis-server.js';
+import { sampleTweet, sampleUser } from './helpers/sample-bodies.js';
+import { startTcpProxy } from './helpers/tcp-proxy.js';
+import { json, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
+
+// A purge answered 200 is a miss on the next GET on every instance, and a flight in progress
+// does not carry the old data past it; caching off takes no lease; Last-Modified never goes back;
+// a user's two routes never serve two versions side by side (issue 58).
+
+const TWEET = '/v1/tweets/1';
+const TWEET_SCOPE = { endpoint: 'tweet', tweet_id: '1' };
+
+/**
+ * A provider whose tweet text is `data.text` when the request arrives, and which holds its
+ * answer while `data.hold` is set (each held answer waits for `release`).
+ */
+interface Provider {
+  readonly upstream: TestUpstream;
+  text: string;
+  hold: boolean;
+  /** Answers every held request. */
+  release(): void;
+}
+
+async function provider(t: TestContext, delayMs = 0): Promise<Provider> {
+  const held: (() => void)[] = [];
+  const state = {
+    text: 'old',
+    hold: false,
+    release() {
+      for (const answer of held.splice(0)) answer();
+    },
+  };
+  const upstream = await startUpstream(t, (req: IncomingMessage, res: ServerResponse) => {
+    const body = { ...sampleTweet('1'), text: state.text };
+    const answer = () => json(200, body)(req, res);
+    if (state.hold) held.push(answer);
+    else setTimeout(answer, delayMs);
+  });
+  t.after(() => state.release());
+  return Object.assign(state, { upstream });
+}
+
+function yamlFor(url: string, redisUrl?: string, extra = ''): string {
+  const redis = redisUrl === undefined ? '' : `, redis: { url: "${redisUrl}", prefix: "c:" }`;
+  return testConfig(v1('main', url), `${ADMIN_YAML}\ncache: { stale_seconds: 60${redis}${extra} }`);
+}
+
+async function shared(t: TestContext, yaml: string): Promise<RunningPerch> {
+  const perch = await startPerch(t, yaml);
+  await waitFor(() => perch.cache.redisConnected === true);
+  return perch;
+}
+
+const textOf = (r: TestResponse) => (r.json() as { text: string }).text;
+
+for (const redis of [false, true]) {
+  const label = redis ? 'with Redis, two instances' : 'memory only';
+
+  test(`${label}: a GET sent after a purge answered 200 never joins a miss begun before it`, { timeout: 20_000 }, async (t) => {
+    const p = await provider(t);
+    const url = redis ? (await startRedis(t)).url : undefined;
+    const a = redis ? await shared(t, yamlFor(p.upstream.url, url)) : await startPerch(t, yamlFor(p.upstream.url));
+    const b = redis ? await shared(t, yamlFor(p.upstream.url, url)) : a;
+    p.hold = true;
+    const before = a.request(TWEET);
+    await waitFor(() => p.upstream.requests.length === 1);
+    p.text = 'new';
+    p.hold = false;
+    assert.equal((await purge(b, TWEET_SCOPE)).status, 200);
+    // Both instances answer while the flight begun before the purge still waits on the provider:
+    // neither joins it, nor waits on its fleet lease.
+    const afterA = await a.request(TWEET);
+    assert.equal(textOf(afterA), 'new');
+    assert.equal(afterA.headers.get('cache-status'), 'perch; fwd=miss; stored');
+    const sent = performance.now();
+    const afterB = await b.request(TWEET);
+    assert.equal(textOf(afterB), 'new');
+    assert.ok(performance.now() - sent < 1000, 'B waited on a lease taken before the purge');
+    p.release();
+    assert.equal(textOf(await before), 'old', 'the request sent before the purge');
+    // The old answer was not stored either.
+    assert.equal(textOf(await a.request(TWEET)), 'new');
+    assert.equal(textOf(await b.request(TWEET)), 'new');
+    assert.equal(p.upstream.requests.length, 2);
+  });
+
+  test(`${label}: a GET sent after a purge answered 200 never joins a refresh begun before it`, { timeout: 20_000 }, async (t) => {
+    const clock = new ManualClock(Date.now());
+    const p = await provider(t);
+    const url = redis ? (await startRedis(t)).url : undefined;
+    const start = async () => {
+      const perch = await startPerch(t, yamlFor(p.upstream.url, url, ', ttl_seconds: { tweet: 10 }'), { clock });
+      if (redis) await waitFor(() => perch.cache.redisConnected === true);
+      return perch;
+    };
+    const a = await start();
+    const b = redis ? await start() : a;
+    assert.equal(textOf(await a.request(TWEET)), 'old');
+    await a.cache.settled();
+    clock.advance(11_000);
+    p.hold = true;
+    const stale = await a.request(TWEET);
+    assert.equal(stale.headers.get('cache-status'), 'perch; fwd=stale; ttl=-1');
+    await waitFor(() => p.upstream.requests.length === 2);
+    p.text = 'new';
+    p.hold = false;
+    assert.equal((await purge(b, TWEET_SCOPE)).status, 200);
+    const after = await a.request(TWEET);
+    assert.equal(textOf(after), 'new', after.headers.get('cache-status') ?? '');
+    assert.equal(textOf(await b.request(TWEET)), 'new');
+    p.release();
+  });
+}
+
+test('a purge answers 200 only once every instance it reached applied it; 503 when one does not say so in time', { timeout: 30_000 }, async (t) => {
+  const p = await provider(t);
+  const redis = await startRedis(t);
+  const proxy = await startTcpProxy(t, Number(new URL(redis.url).port));
+  const a = await shared(t, yamlFor(p.upstream.url, proxy.url));
+  const b = await shared(t, yamlFor(p.upstream.url, redis.url));
+  assert.equal(textOf(await a.request(TWEET)), 'old');
+  await a.cache.settled();
+  p.text = 'new';
+  // A hears nothing from Redis for a while: B's purge cannot be confirmed by A until it does.
+  proxy.hold();
+  let answered: TestResponse | undefined;
+  const purged = purge(b, TWEET_SCOPE).then((r) => (answered = r));
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  assert.equal(answered, undefined, 'no 200 while A has not applied the purge');
+  proxy.release();
+  assert.equal((await purged).status, 200);
+  assert.equal(textOf(await a.request(TWEET)), 'new');
+
+  proxy.hold();
+  const late = await purge(b, TWEET_SCOPE);
+  proxy.release();
+  assert.equal(late.status, 503);
+  assert.equal(late.json().error.code, 'E503');
+  assert.match(late.json().error.message, /not every instance confirmed/);
+});
+
+test('caching off (TTL 0) takes no fleet lease: three instances each answer within 1.6 s of a 1 s provider, twice', { timeout: 30_000 }, async (t) => {
+  const p = await provider(t, 1000);
+  const redis = await startRedis(t);
+  const yaml = yamlFor(p.upstream.url, redis.url, ', ttl_seconds: { tweet: 0 }');
+  const fleet = [await shared(t, yaml), await shared(t, yaml), await shared(t, yaml)];
+  for (let round = 0; round < 2; round++) {
+    const started = performance.now();
+    const times = await Promise.all(fleet.map(async (perch) => (await perch.request(TWEET), performance.now() - started)));
+    for (const ms of times) assert.ok(ms < 1600, `round ${round}: answered after ${Math.round(ms)} ms`);
+  }
+  assert.equal(p.upstream.requests.length, 6);
+});
+
+test('Last-Modified never goes back across instances: no 304 to a date sent with other bytes', { timeout: 20_000 }, async (t) => {
+  const clock = new ManualClock(Date.UTC(2026, 0, 1, 12));
+  const p = await provider(t);
+  const redis = await startRedis(t);
+  const yaml = testConfig(v1('main', p.upstream.url), `cache: { stale_seconds: 0, ttl_seconds: { tweet: 10 }, redis: { url: "${redis.url}", prefix: "c:" } }`);
+  const start = async () => {
+    const perch = await startPerch(t, yaml, { clock });
+    await waitFor(() => perch.cache.redisConnected === true);
+    return perch;
+  };
+  const a = await start();
+  const b = await start();
+  /** A GET of `perch` once Redis dated what it stored: a hit sending Last-Modified. */
+  const dated = async (perch: RunningPerch) => {
+    await perch.cache.settled();
+    const r = await perch.request(TWEET);
+    assert.ok(r.headers.get('last-modified') !== null, r.headers.get('cache-status') ?? '');
+    return r;
+  };
+  // B stores X at T1.
+  const x = await b.request(TWEET);
+  assert.equal(x.headers.get('last-modified'), null, 'not dated before Redis has the date');
+  const t1 = (await dated(b)).headers.get('last-modified')!;
+  // A stores Y at T2, which B serves from Redis.
+  clock.advance(11_000);
+  p.text = 'new';
+  await a.request(TWEET);
+  const y = await dated(a);
+  const t2 = y.headers.get('last-modified')!;
+  assert.notEqual(t2, t1);
+  clock.advance(11_000);
+  // The provider goes back to X: B refetches it, and must not date it T1 from its own memory.
+  p.text = 'old';
+  const back = await b.request(TWEET, { headers: { 'if-modified-since': t2 } });
+  assert.equal(back.status, 200);
+  assert.equal(textOf(back), 'old');
+  for (const perch of [b, a]) {
+    const r = await perch.request(TWEET, { headers: { 'if-modified-since': t2 } });
+    assert.equal(r.status, 200, 'a client holding Y, dated T2, gets X');
+    assert.equal(textOf(r), 'old');
+    assert.ok(Date.parse(r.headers.get('last-modified')!) > Date.parse(t2), `${r.headers.get('last-modified')} after ${t2}`);
+  }
+  // The same bytes keep their date: a 304 for a date sent with them.
+  const current = (await b.request(TWEET)).headers.get('last-modified')!;
+  assert.equal((await a.request(TWEET, { headers: { 'if-modified-since': current } })).status, 304);
+});
+
+test('new bytes refetched within the second of the date sent with other bytes go out undated, never 304 by that date', { timeout: 20_000 }, async (t) => {
+  const clock = new ManualClock(Date.UTC(2026, 0, 1, 12));
+  const p = await provider(t);
+  const redis = await startRedis(t);
+  const yaml = testConfig(v1('main', p.upstream.url), `${ADMIN_YAML}\ncache: { stale_seconds: 0, redis: { url: "${redis.url}", prefix: "c:" } }`);
+  const a = await shared(t, yaml);
+  const b = await shared(t, yaml);
+  void clock;
+  await a.request(TWEET);
+  await a.cache.settled();
+  const first = await a.request(TWEET);
+  const date = first.headers.get('last-modified')!;
+  assert.ok(date !== null);
+  p.text = 'new';
+  assert.equal((await purge(a, TWEET_SCOPE)).status, 200);
+  // B refetches at once: most likely the same second as `date`, and never dated at or before it.
+  await b.request(TWEET);
+  await b.cache.settled();
+  const refetched = await b.request(TWEET, { headers: { 'if-modified-since': date } });
+  assert.equal(refetched.status, 200);
+  assert.equal(textOf(refetched), 'new');
+  const sent = refetched.headers.get('last-modified');
+  assert.ok(sent === null || Date.parse(sent) > Date.parse(date), `${sent} after ${date}`);
+});
+
+test('cross-population never leaves two versions of a user: the other route is written only where empty, else purged fleet-wide', { timeout: 20_000 }, async (t) => {
+  let name = 'alice';
+  const upstream = await startUpstream(t, (req, res) => json(200, sampleUser('1', req.url?.includes('/by/username/') === true ? req.url.split('/').pop()! : name))(req, res));
+  const redis = await startRedis(t);
+  const yaml = testConfig(v1('main', upstream.url), `cache: { ttl_seconds: { user: 3600, user_by_username: 3600 }, redis: { url: "${redis.url}", prefix: "c:" } }`);
+  const a = await shared(t, yaml);
+  const b = await shared(t, yaml);
+  // B holds /v1/users/1 fresh, old name.
+  assert.equal((await b.request('/v1/users/1')).json().username, 'alice');
+  await b.cache.settled();
+  assert.match((await b.request('/v1/users/1')).headers.get('cache-status') ?? '', /^perch; hit; ttl=\d+$/);
+  // The user is renamed; A fetches the new name.
+  name = 'alicia';
+  const fresh = await a.request('/v1/users/by/username/alicia');
+  assert.equal(fresh.json().username, 'alicia');
+  const servedAt = performance.now();
+  // Within a second, no instance serves the old name by id any more.
+  for (const perch of [b, a]) {
+    const r = await pollFor(async () => {
+      const got = await perch.request('/v1/users/1');
+      return got.json().username === 'alicia' ? got : undefined;
+    }, 1000);
+    assert.equal(r.json().username, 'alicia');
+  }
+  assert.ok(performance.now() - servedAt < 1000);
+  // And it stays so.
+  assert.equal((await b.request('/v1/users/1')).json().username, 'alicia');
+  assert.equal((await a.request('/v1/users/1')).json().username, 'alicia');
+});
+
+test('memory only: cross-population drops the other route where it holds another version', { timeout: 20_000 }, async (t) => {
+  let name = 'alice';
+  const upstream = await startUpstream(t, (req, res) => json(200, sampleUser('1', req.url?.includes('/by/username/') === true ? req.url.split('/').pop()! : name))(req, res));
+  const perch = await startPerch(t, testConfig(v1('main', upstream.url), 'cache: { ttl_seconds: { user: 3600, user_by_username: 3600 } }'));
+  assert.equal((await perch.request('/v1/users/1')).json().username, 'alice');
+  name = 'alicia';
+  assert.equal((await perch.request('/v1/users/by/username/alicia')).json().username, 'alicia');
+  const byId = await perch.request('/v1/users/1');
+  assert.equal(byId.json().username, 'alicia');
+  assert.equal(byId.headers.get('cache-status'), 'perch; fwd=miss; stored');
+});
