@@ -159,6 +159,27 @@ test('caching off (TTL 0) takes no fleet lease: three instances each answer with
   assert.equal(p.upstream.requests.length, 6);
 });
 
+test('a 404 under not_found: 0 is handed to the instances waiting on the lease: three answer within 1.6 s of a 1 s provider, twice', { timeout: 30_000 }, async (t) => {
+  const upstream = await startUpstream(t, (req, res) => setTimeout(() => json(404, { error: 'no such tweet' })(req, res), 1000));
+  const redis = await startRedis(t);
+  const yaml = yamlFor(upstream.url, redis.url, ', ttl_seconds: { not_found: 0 }');
+  const fleet = [await shared(t, yaml), await shared(t, yaml), await shared(t, yaml)];
+  for (let round = 0; round < 2; round++) {
+    const started = performance.now();
+    const answers = await Promise.all(fleet.map(async (perch) => ({ r: await perch.request(TWEET), ms: performance.now() - started })));
+    for (const { r, ms } of answers) {
+      assert.equal(r.status, 404);
+      assert.equal(r.json().error.code, 'E404');
+      assert.ok(ms < 1600, `round ${round}: answered after ${Math.round(ms)} ms`);
+    }
+  }
+  // Nothing cached: a GET after the hand-off window asks the provider again.
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  const calls = upstream.requests.length;
+  assert.equal((await fleet[0]!.request(TWEET)).headers.get('cache-status'), 'perch; fwd=miss');
+  assert.equal(upstream.requests.length, calls + 1);
+});
+
 test('Last-Modified never goes back across instances: no 304 to a date sent with other bytes', { timeout: 20_000 }, async (t) => {
   const clock = new ManualClock(Date.UTC(2026, 0, 1, 12));
   const p = await provider(t);

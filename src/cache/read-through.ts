@@ -355,14 +355,22 @@ export class ReadThrough {
     const leased = sharedFlights !== undefined && config.cache.ttl_seconds[request.endpoint] > 0;
     const claim = leased ? await sharedFlights.claim(request.path, stamp, config.server.miss_deadline_ms) : undefined;
     if (claim?.kind === 'entry') return { status: claim.entry.status, body: claim.entry.body, entry: claim.entry, stored: false, viaRedis: true };
+    if (claim?.kind === 'answer') return { status: claim.status, body: claim.body, stored: false, viaRedis: true };
     let settled: Promise<void> | undefined;
+    let unstored404: Buffer | undefined;
     try {
       const fetched = await this.#fetchUpstream(request, payer, trace, client, previous, false, stamp);
       settled = fetched.settled;
+      // A provider's 404 nothing stores (`not_found: 0`), for this path: the waiting instances
+      // take it rather than asking again one after another. Never a pass-through key's verdict.
+      if (fetched.status === 404 && !fetched.stored && fetched.called === true && client === undefined) unstored404 = fetched.body;
       return fetched;
     } finally {
       // Once Redis has the entry, so a waiting instance finds it, not a free lease.
-      if (claim !== undefined) void (settled ?? Promise.resolve()).then(claim.release);
+      if (claim !== undefined) {
+        const { release } = claim;
+        void (settled ?? Promise.resolve()).then(() => release(unstored404));
+      }
     }
   }
 
