@@ -14,6 +14,8 @@ const POLL_MS = 15;
  */
 const LEASE_MARGIN_MS = 1000;
 
+// SET NX PX that returns the holder's value (SET's NX and GET together need Redis 7.0).
+const CLAIM_SCRIPT = "local held = redis.call('get', KEYS[1]) if held then return held end redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return false";
 // Deletes the lease only if it is still ours: after it expired another instance may hold it.
 const RELEASE_SCRIPT = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 // Hands an answer nothing stores (a 404 under `not_found: 0`) to the instances waiting on the
@@ -67,8 +69,8 @@ export class SharedFlights {
     const deadline = performance.now() + leaseMs + POLL_MS;
     for (;;) {
       const release = (unstored404?: Buffer) => this.#release(lockKey, token, unstored404);
-      // GET: the holder's value comes back when the lease is taken, null when it was free.
-      const held = await this.#guard.run('lease', lockKey, (client) => client.call('SET', lockKey, token, 'PX', leaseMs, 'NX', 'GET') as Promise<string | null>);
+      // The holder's value comes back when the lease is taken, null when it was free and is ours.
+      const held = await this.#guard.run('lease', lockKey, (client) => client.eval(CLAIM_SCRIPT, 1, lockKey, token, leaseMs) as Promise<string | null>);
       // undefined: Redis did not answer, so nobody can be waited for. The SET may still run
       // later (a stalled Redis works through its queue when it resumes); releasing with our token
       // afterwards, on the same connection and so in order, keeps it from orphaning the key.
