@@ -293,3 +293,20 @@ test('memory only: cross-population drops the other route where it holds another
   assert.equal(byId.json().username, 'alicia');
   assert.equal(byId.headers.get('cache-status'), 'perch; fwd=miss; stored');
 });
+
+test('an entry Redis could not take goes out undated: its ETag alone, until Redis dates it', { timeout: 20_000 }, async (t) => {
+  const p = await provider(t);
+  const redis = await startRedis(t);
+  const proxy = await startTcpProxy(t, Number(new URL(redis.url).port));
+  const a = await shared(t, yamlFor(p.upstream.url, proxy.url));
+  proxy.cut();
+  const miss = await a.request(TWEET);
+  assert.equal(miss.status, 200);
+  await a.cache.settled();
+  const hit = await a.request(TWEET);
+  assert.equal(hit.headers.get('cache-status')?.startsWith('perch; hit'), true);
+  assert.ok(hit.headers.get('etag') !== null);
+  assert.equal(hit.headers.get('last-modified'), null);
+  assert.equal((await a.request(TWEET, { headers: { 'if-modified-since': new Date(Date.now() + 60_000).toUTCString() } })).status, 200);
+  assert.equal((await a.request(TWEET, { headers: { 'if-none-match': hit.headers.get('etag')! } })).status, 304);
+});
