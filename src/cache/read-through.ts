@@ -118,7 +118,7 @@ const REFUSED: Gate = { kind: 'refused' };
  * whose answer is stored in both tiers and, for a user, under its twin route too. Purge
  * generations keep a response that may predate a purge out of the cache.
  */
-/** Paths whose last body this instance remembers, for `Last-Modified` across a purge or an eviction. */
+/** Paths whose last body an instance without Redis remembers, for `Last-Modified` across a purge or an eviction. */
 const DATED_PATHS = 10_000;
 
 export class ReadThrough {
@@ -126,10 +126,10 @@ export class ReadThrough {
   readonly #flights = new Coalescer<Fetched>();
   readonly #backoff: RefreshBackoff;
   /**
-   * The last body this instance stored per path, dated: a miss after a purge or an eviction has
-   * no entry to compare with, and new bytes fetched within the same second as the body they
-   * replace must not share its `Last-Modified` unflagged (see `modification`). Bounded; a path
-   * it dropped, or one another instance refetched, dates its bytes as a first fetch.
+   * Without Redis, the last body this instance stored per path, dated: a miss after a purge or an
+   * eviction has no entry to compare with, and new bytes must be dated past the date sent with
+   * the body they replace (see `modification`). Bounded; a path it dropped dates its bytes as a
+   * first fetch. With Redis the fleet's entry dates them instead (redis-store.ts).
    */
   readonly #dated = new LRUCache<string, Dated>({ max: DATED_PATHS });
 
