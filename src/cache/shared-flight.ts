@@ -14,8 +14,14 @@ const POLL_MS = 15;
  */
 const LEASE_MARGIN_MS = 1000;
 
-// SET NX PX that returns the holder's value (SET's NX and GET together need Redis 7.0).
-const CLAIM_SCRIPT = "local held = redis.call('get', KEYS[1]) if held then return held end redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) return false";
+// SET NX PX that returns the holder's value (SET's NX and GET together need Redis 7.0). A
+// handed-off 404 answers only the instances that waited for it: on a first attempt (ARGV[3] 1)
+// it counts as free, so it never answers a request that came after it, as a cache would.
+// KEYS[1] lease; ARGV token, PX, first attempt (1 or 0), the hand-off's prefix.
+const CLAIM_SCRIPT = `local held = redis.call('get', KEYS[1])
+if held and not (ARGV[3] == '1' and string.sub(held, 1, 4) == ARGV[4]) then return held end
+redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false`;
 // Deletes the lease only if it is still ours: after it expired another instance may hold it.
 const RELEASE_SCRIPT = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
 // Hands an answer nothing stores (a 404 under `not_found: 0`) to the instances waiting on the
@@ -67,10 +73,11 @@ export class SharedFlights {
     const lockKey = `${this.#prefix}lock:${generation.all}.${generation.scope}:${key}`;
     const token = randomUUID();
     const deadline = performance.now() + leaseMs + POLL_MS;
-    for (;;) {
+    for (let attempt = 0; ; attempt++) {
       const release = (unstored404?: Buffer) => this.#release(lockKey, token, unstored404);
       // The holder's value comes back when the lease is taken, null when it was free and is ours.
-      const held = await this.#guard.run('lease', lockKey, (client) => client.eval(CLAIM_SCRIPT, 1, lockKey, token, leaseMs) as Promise<string | null>);
+      const first = attempt === 0 ? 1 : 0;
+      const held = await this.#guard.run('lease', lockKey, (client) => client.eval(CLAIM_SCRIPT, 1, lockKey, token, leaseMs, first, HANDED_404) as Promise<string | null>);
       // undefined: Redis did not answer, so nobody can be waited for. The SET may still run
       // later (a stalled Redis works through its queue when it resumes); releasing with our token
       // afterwards, on the same connection and so in order, keeps it from orphaning the key.
