@@ -119,6 +119,22 @@ for (const redis of [false, true]) {
   });
 }
 
+test('a purge of another scope leaves a flight joinable: one call for a miss asked twice', { timeout: 20_000 }, async (t) => {
+  const p = await provider(t);
+  const perch = await startPerch(t, yamlFor(p.upstream.url));
+  p.hold = true;
+  const first = perch.request(TWEET);
+  await waitFor(() => p.upstream.requests.length === 1);
+  assert.equal((await purge(perch, { endpoint: 'tweet', tweet_id: '2' })).status, 200);
+  const second = perch.request(TWEET);
+  // The first GET, the purge, the second GET: the second has joined a flight or started one.
+  await waitFor(() => perch.received() === 3);
+  p.release();
+  assert.equal((await second).headers.get('cache-status'), 'perch; fwd=miss; collapsed; stored');
+  assert.equal((await first).status, 200);
+  assert.equal(p.upstream.requests.length, 1);
+});
+
 test('a purge answers 200 only once every instance it reached applied it; 503 when one does not say so in time', { timeout: 30_000 }, async (t) => {
   const p = await provider(t);
   const redis = await startRedis(t);

@@ -54,14 +54,6 @@ export class Generations {
     return this.#all;
   }
 
-  /**
-   * Rises with every purge observed here: a flight is keyed by it, so a request arriving after
-   * a purge never joins a flight that began before it (read-through.ts).
-   */
-  get seq(): number {
-    return this.#seq;
-  }
-
   stamp(key: string): Stamp {
     return { all: this.#all, scope: this.#scopes.get(scopeOfKey(key)) ?? 0, seq: this.#seq };
   }

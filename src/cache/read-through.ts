@@ -236,9 +236,9 @@ export class ReadThrough {
   async #join(request: EndpointRequest, client: Client, trace: TraceSpan | undefined): Promise<{ flight: { leader: boolean }; fetched: Fetched }> {
     const pass = passThrough(client);
     const payer = this.#payerOf(client);
-    // Keyed by the purges observed so far: a request arriving after a purge never joins a flight
-    // that began before it (its answer may predate the purge), it starts or joins a newer one.
-    const epoch = this.#deps.cache.generations.seq;
+    // Keyed by the key's purge generation: a request arriving after a purge of it never joins a
+    // flight that began before (its answer may predate the purge), it starts or joins a newer one.
+    const epoch = this.#epoch(request.path);
     const shared = pass === undefined ? `${epoch}\n${request.path}` : `${epoch}\n${pass.digest}\n${request.path}`;
     for (let round = 0; ; round++) {
       const key = round < 2 ? shared : `${payer.id}\n${shared}`;
@@ -246,6 +246,12 @@ export class ReadThrough {
       const fetched = await flight.promise;
       if (flight.leader || fetched.refusedPayer === undefined || fetched.refusedPayer === payer.id) return { flight, fetched };
     }
+  }
+
+  /** The purge generation of `path` as a flight key's prefix: purges of other scopes leave it. */
+  #epoch(path: string): string {
+    const { all, scope } = this.#deps.cache.generations.stamp(path);
+    return `${all}.${scope}`;
   }
 
   #hit(entry: CacheEntry, tier: 'memory' | 'redis'): Served {
@@ -272,8 +278,8 @@ export class ReadThrough {
   #revalidate(request: EndpointRequest, client: Client, entry: CacheEntry, trace: TraceSpan | undefined): Served {
     const key = request.path;
     if (this.#backoff.waiting(key) === undefined) {
-      // Per purge epoch, as a miss's flight (`#join`): a purge closes the refreshes before it.
-      const flight = this.#flights.run(`${this.#deps.cache.generations.seq}\n${key}`, () => this.#fetchAndStore(request, passThrough(client), this.#payerOf(client), trace, entry));
+      // Per purge generation, as a miss's flight (`#join`): a purge closes the refreshes before it.
+      const flight = this.#flights.run(`${this.#epoch(key)}\n${key}`, () => this.#fetchAndStore(request, passThrough(client), this.#payerOf(client), trace, entry));
       flight.promise.then(
         (fetched) => {
           if (flight.leader) this.#learn(key, fetched);
