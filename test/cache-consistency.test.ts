@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { test, type TestContext } from 'node:test';
+import { Redis } from 'ioredis';
 import { ADMIN_YAML, purge } from './helpers/admin.js';
 import { ManualClock } from './helpers/clock.js';
 import { pollFor, startPerch, testConfig, v1, waitFor, type RunningPerch, type TestResponse } from './helpers/perch.js';
@@ -160,6 +161,30 @@ test('a purge answers 200 only once every instance it reached applied it; 503 wh
   assert.equal(late.status, 503);
   assert.equal(late.json().error.code, 'E503');
   assert.match(late.json().error.message, /not every instance confirmed/);
+});
+
+test('another client subscribed to the purge channel is not waited for: a purge answers 200 at once, applied everywhere', { timeout: 30_000 }, async (t) => {
+  const p = await provider(t);
+  const redis = await startRedis(t);
+  const a = await shared(t, yamlFor(p.upstream.url, redis.url));
+  const b = await shared(t, yamlFor(p.upstream.url, redis.url));
+  // An operator watching the channel: a SUBSCRIBE and a PSUBSCRIBE, each counted by PUBLISH.
+  const watchers = [new Redis(redis.url), new Redis(redis.url)];
+  t.after(() => watchers.forEach((w) => w.disconnect()));
+  await watchers[0]!.subscribe('c:purge');
+  await watchers[1]!.psubscribe('*');
+  // Both instances registered as ones a purge waits for (their first beat follows their sync).
+  const probe = new Redis(redis.url);
+  t.after(() => probe.disconnect());
+  await waitFor(async () => (await probe.zcard('c:gen:members')) === 2);
+  assert.equal(textOf(await a.request(TWEET)), 'old');
+  await a.cache.settled();
+  p.text = 'new';
+  const sent = performance.now();
+  const purged = await purge(b, TWEET_SCOPE);
+  assert.equal(purged.status, 200, purged.text);
+  assert.ok(performance.now() - sent < 1000, `the purge waited ${Math.round(performance.now() - sent)} ms`);
+  assert.equal(textOf(await a.request(TWEET)), 'new');
 });
 
 test('caching off (TTL 0) takes no fleet lease: three instances each answer within 1.6 s of a 1 s provider, twice', { timeout: 30_000 }, async (t) => {

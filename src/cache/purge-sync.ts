@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../logging/logger.js';
 import type { GuardedRedis } from '../redis/guarded-redis.js';
@@ -82,9 +83,35 @@ const MAX_RESYNC_DELAY_MS = 1000;
 /**
  * How long a purge waits for every instance its message reached to confirm it applied it; past
  * that the purge is counted but not confirmed (`unconfirmed`), and the caller is told to retry.
+ * The confirmations are looked for after CONFIRM_POLL_MS, then twice as long each time up to
+ * CONFIRM_POLL_MAX_MS: they usually land within a few ms, and a burst of purges must not turn
+ * into thousands of reads that time out the cache's other commands.
  */
 const CONFIRM_MS = 2000;
 const CONFIRM_POLL_MS = 2;
+const CONFIRM_POLL_MAX_MS = 32;
+/**
+ * The perch instances that confirm purges register under `<prefix>gen:members` (a sorted set:
+ * instance id, scored by when its registration lapses, Redis's clock) every HEARTBEAT_MS while
+ * their subscription is up. A purge waits for as many confirmations as its message reached
+ * subscribers, but never for more than the registered instances: another client subscribed to
+ * the channel (`redis-cli SUBSCRIBE`, a monitoring tool), or an instance of an older perch that
+ * does not confirm, is not waited for.
+ */
+const HEARTBEAT_MS = 1000;
+const MEMBER_TTL_MS = 3000;
+// KEYS[1] members; ARGV id, ttl. TIME is read before writing: effects replication (Redis 7's
+// default) replicates the writes, not the script.
+const REGISTER_SCRIPT = `if redis.replicate_commands then redis.replicate_commands() end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1`;
+// How many instances are registered now. KEYS[1] members.
+const MEMBERS_SCRIPT = `local t = redis.call('TIME')
+return redis.call('ZCOUNT', KEYS[1], '(' .. (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)), '+inf')`;
 /** How long a confirmation counter outlives its purge. */
 const CONFIRM_TTL_MS = 10_000;
 // One confirmation: the counter of a purge's message, rising once per instance that applied it.
@@ -120,18 +147,28 @@ export class PurgeSync {
   /** Which (re)connection is resyncing: a newer one supersedes a resync still retrying. */
   #connection = 0;
   #closed = false;
+  /** This instance in `<prefix>gen:members`, while its subscription is synced. */
+  readonly #id = randomUUID();
+  readonly #members: string;
+  #synced = false;
+  readonly #heartbeat: NodeJS.Timeout;
 
   constructor(options: PurgeSyncOptions) {
     this.#guard = options.guard;
     this.#subscriber = options.subscriber;
     this.#key = `${options.prefix}gen`;
     this.#channel = `${options.prefix}purge`;
+    this.#members = `${options.prefix}gen:members`;
     this.#generations = options.generations;
     this.#logger = options.logger;
     // Connection errors show as a missing subscription, made up for on reconnection; this only
     // keeps ioredis from reporting them as unhandled 'error' events.
     this.#subscriber.on('error', () => {});
     this.#subscriber.on('ready', () => void this.#resync(++this.#connection));
+    // A subscription that dropped stops the beats: its instance is no longer waited for once its
+    // registration lapses, and it makes up for the purges it missed when it resyncs.
+    this.#subscriber.on('close', () => (this.#synced = false));
+    this.#heartbeat = setInterval(() => this.#register(), HEARTBEAT_MS).unref();
     this.#subscriber.on('message', (channel: string, message: string) => {
       if (channel === this.#channel) this.#onMessage(message);
     });
@@ -149,7 +186,9 @@ export class PurgeSync {
       const [all, generation, reached] = reply.map(Number) as [number, number, number];
       if (all >= 0) {
         this.#counted(all, target, generation, 'request');
-        return (await this.#confirmed(messageOf(all, target, generation), reached)) ? 'confirmed' : 'unconfirmed';
+        const members = await this.#guard.run('purge', this.#members, (client) => client.eval(MEMBERS_SCRIPT, 1, this.#members) as Promise<number>);
+        const awaited = members === undefined ? reached : Math.min(reached, Number(members));
+        return (await this.#confirmed(messageOf(all, target, generation), awaited)) ? 'confirmed' : 'unconfirmed';
       }
       this.#logger.warn({ key: this.#key }, 'cache purge counters missing in Redis: restoring them before counting');
       if (!(await this.#restore())) return 'failed';
@@ -166,16 +205,22 @@ export class PurgeSync {
   async #confirmed(message: string, reached: number): Promise<boolean> {
     const key = this.#confirmKey(message);
     const deadline = performance.now() + CONFIRM_MS;
-    for (;;) {
+    for (let pause = CONFIRM_POLL_MS; ; pause = Math.min(pause * 2, CONFIRM_POLL_MAX_MS)) {
+      // A read that failed (a timeout in a burst) is one look fewer, not a verdict: look again.
       const count = await this.#guard.run('purge', key, (client) => client.get(key));
-      if (count === undefined) return false;
-      if (Number(count ?? 0) >= reached) return true;
+      if (count !== undefined && Number(count ?? 0) >= reached) return true;
       if (performance.now() >= deadline) {
-        this.#logger.warn({ reached, confirmed: Number(count ?? 0) }, 'cache purge not confirmed by every instance it reached');
+        this.#logger.warn({ reached, confirmed: count === undefined ? 'unknown' : Number(count ?? 0) }, 'cache purge not confirmed by every instance it reached');
         return false;
       }
-      await sleep(CONFIRM_POLL_MS);
+      await sleep(Math.min(pause, Math.max(1, deadline - performance.now())));
     }
+  }
+
+  /** Registers this instance as one a purge waits for, while its subscription is synced. */
+  #register(): void {
+    if (this.#closed || !this.#synced) return;
+    this.#guard.fire('purge', (client) => client.eval(REGISTER_SCRIPT, 1, this.#members, this.#id, MEMBER_TTL_MS));
   }
 
   #confirmKey(message: string): string {
@@ -190,6 +235,9 @@ export class PurgeSync {
 
   close(): void {
     this.#closed = true;
+    clearInterval(this.#heartbeat);
+    if (this.#synced) this.#guard.fire('purge', (client) => client.zrem(this.#members, this.#id));
+    this.#synced = false;
     this.#subscriber.disconnect();
   }
 
@@ -254,6 +302,8 @@ export class PurgeSync {
         this.#applyHash(reply, 'resync');
         // Once per connection: from here on, messages keep this instance's purges current.
         this.#logger.info({ all: this.#generations.all }, 'cache purge counters synced');
+        this.#synced = true;
+        this.#register();
         return;
       } catch {
         await sleep(delay, undefined, { ref: false });
