@@ -337,6 +337,43 @@ test('memory only: cross-population drops the other route where it holds another
   assert.equal(byId.headers.get('cache-status'), 'perch; fwd=miss; stored');
 });
 
+for (const redis of [false, true]) {
+  test(`${redis ? 'with Redis, two instances' : 'memory only'}: routes that answer different bytes for one user do not purge each other on every miss`, { timeout: 20_000 }, async (t) => {
+    // The by-username route carries one more follower: both are the provider's current answer.
+    const upstream = await startUpstream(t, (req, res) => {
+      const user = sampleUser('1', 'alice');
+      json(200, req.url?.includes('/by/username/') === true ? { ...user, followers_count: user.followers_count + 1 } : user)(req, res);
+    });
+    const url = redis ? (await startRedis(t)).url : undefined;
+    const cache = `cache: { ttl_seconds: { user: 3600, user_by_username: 3600 }${url === undefined ? '' : `, redis: { url: "${url}", prefix: "c:" }`} }`;
+    const yaml = testConfig(v1('main', upstream.url), `${ADMIN_YAML}\n${cache}`);
+    const a = redis ? await shared(t, yaml) : await startPerch(t, yaml);
+    const b = redis ? await shared(t, yaml) : a;
+    const probe = url === undefined ? undefined : new Redis(url);
+    t.after(() => probe?.disconnect());
+    // Once both instances applied a purge of `scope` (its n-th) that a fetch made of itself.
+    const applied = (scope: string, n: number) => (probe === undefined ? Promise.resolve() : waitFor(async () => (await probe.get(`c:gen:ack:0 ${n} ${scope}`)) === '2'));
+    const byId = '/v1/users/1';
+    const byName = '/v1/users/by/username/alice';
+    assert.equal((await a.request(byId)).headers.get('cache-status'), 'perch; fwd=miss; stored');
+    await a.cache.settled();
+    assert.equal((await purge(a, { endpoint: 'user_by_username', username: 'alice' })).status, 200);
+    // The by-username route's first answer is other bytes than its twin: the by-id entry goes.
+    assert.equal((await b.request(byName)).headers.get('cache-status'), 'perch; fwd=miss; stored');
+    await b.cache.settled();
+    await applied('user:1', 1);
+    assert.equal((await a.request(byId)).headers.get('cache-status'), 'perch; fwd=miss; stored');
+    await a.cache.settled();
+    // By id the provider answered what it did before: nothing changed, nothing more is purged.
+    assert.equal(upstream.requests.length, 3);
+    for (let i = 0; i < 6; i++) {
+      const r = await [a, b][i % 2]!.request(i % 4 < 2 ? byName : byId);
+      assert.match(r.headers.get('cache-status') ?? '', /^perch; hit/, `GET ${i}`);
+    }
+    assert.equal(upstream.requests.length, 3);
+  });
+}
+
 test('an entry Redis could not take goes out undated: its ETag alone, until Redis dates it', { timeout: 20_000 }, async (t) => {
   const p = await provider(t);
   const redis = await startRedis(t);

@@ -144,20 +144,21 @@ test('redis: the fleet dates bytes as it takes them, against the value they repl
   const store = new RedisStore(client, 'p:');
   const T = 1_767_225_600_000;
   const at = (body: string, storedAt: number, all = 0) => newEntry({ status: 200, body: Buffer.from(body), storedAt, modifiedAt: storedAt, undated: true, ttlMs: 10_000, generation: { all, scope: 0 } });
-  assert.deepEqual(await store.put('/k', at('X', T + 100), 60_000, false), { kind: 'set', modifiedAt: T + 100, undated: false });
-  assert.deepEqual(await store.put('/k', at('X', T + 5_000), 60_000, false), { kind: 'set', modifiedAt: T + 100, undated: false }, 'same bytes keep their date');
-  assert.deepEqual(await store.put('/k', at('Y', T + 7_300), 60_000, false), { kind: 'set', modifiedAt: T + 7_300, undated: false });
+  // `changed`: whether the bytes differ from the value replaced (none replaced: changed).
+  assert.deepEqual(await store.put('/k', at('X', T + 100), 60_000, false), { kind: 'set', modifiedAt: T + 100, undated: false, changed: true });
+  assert.deepEqual(await store.put('/k', at('X', T + 5_000), 60_000, false), { kind: 'set', modifiedAt: T + 100, undated: false, changed: false }, 'same bytes keep their date');
+  assert.deepEqual(await store.put('/k', at('Y', T + 7_300), 60_000, false), { kind: 'set', modifiedAt: T + 7_300, undated: false, changed: true });
   // X again, written by an instance that once dated X at T: dated now, past Y's date.
-  assert.deepEqual(await store.put('/k', at('X', T + 9_000), 60_000, false), { kind: 'set', modifiedAt: T + 9_000, undated: false });
-  assert.deepEqual(await store.put('/k', at('Z', T + 9_500), 60_000, false), { kind: 'set', modifiedAt: T + 10_000, undated: true }, 'same second as X: undated');
+  assert.deepEqual(await store.put('/k', at('X', T + 9_000), 60_000, false), { kind: 'set', modifiedAt: T + 9_000, undated: false, changed: true });
+  assert.deepEqual(await store.put('/k', at('Z', T + 9_500), 60_000, false), { kind: 'set', modifiedAt: T + 10_000, undated: true, changed: true }, 'same second as X: undated');
   const read = await store.get('/k');
   assert.deepEqual([read?.body.toString(), read?.modifiedAt, read?.undated], ['Z', T + 10_000, true]);
-  assert.deepEqual(await store.put('/k', at('Z', T + 10_200), 60_000, false), { kind: 'set', modifiedAt: T + 10_200, undated: false });
+  assert.deepEqual(await store.put('/k', at('Z', T + 10_200), 60_000, false), { kind: 'set', modifiedAt: T + 10_200, undated: false, changed: false });
   // Only where empty: a current entry stays, its tag told; an older generation or an expired one is empty.
   assert.deepEqual(await store.put('/k', at('W', T + 10_300), 60_000, true), { kind: 'held', etag: at('Z', 0).etag });
-  assert.deepEqual(await store.put('/k', at('W', T + 11_400, 1), 60_000, true), { kind: 'set', modifiedAt: T + 11_400, undated: false });
-  assert.deepEqual(await store.put('/k', at('V', T + 30_000, 1), 60_000, true), { kind: 'set', modifiedAt: T + 30_000, undated: false });
-  assert.deepEqual(await store.put('/e', at('V', T + 30_000), 60_000, true), { kind: 'set', modifiedAt: T + 30_000, undated: false });
+  assert.deepEqual(await store.put('/k', at('W', T + 11_400, 1), 60_000, true), { kind: 'set', modifiedAt: T + 11_400, undated: false, changed: true });
+  assert.deepEqual(await store.put('/k', at('V', T + 30_000, 1), 60_000, true), { kind: 'set', modifiedAt: T + 30_000, undated: false, changed: true });
+  assert.deepEqual(await store.put('/e', at('V', T + 30_000), 60_000, true), { kind: 'set', modifiedAt: T + 30_000, undated: false, changed: true });
 });
 
 test('redis: modifiedAt and undated travel; format-4 and format-3 values are read undated, new bytes dated past them', async (t) => {
@@ -187,5 +188,5 @@ test('redis: modifiedAt and undated travel; format-4 and format-3 values are rea
   const older = await store.get('/v1/users/3');
   assert.deepEqual([older?.modifiedAt, older?.undated], [1_767_225_501_000, true]);
   const next = newEntry({ status: 200, body: Buffer.from('{"id":"3"}'), storedAt: 1_767_225_500_900, ttlMs: 60_000, generation: { all: 2, scope: 7 } });
-  assert.deepEqual(await store.put('/v1/users/3', next, 60_000, false), { kind: 'set', modifiedAt: 1_767_225_501_000, undated: true });
+  assert.deepEqual(await store.put('/v1/users/3', next, 60_000, false), { kind: 'set', modifiedAt: 1_767_225_501_000, undated: true, changed: true });
 });

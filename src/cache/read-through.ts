@@ -131,7 +131,7 @@ export class ReadThrough {
    * the body they replace (see `modification`). Bounded; a path it dropped dates its bytes as a
    * first fetch. With Redis the fleet's entry dates them instead (redis-store.ts).
    */
-  readonly #dated = new LRUCache<string, Dated>({ max: DATED_PATHS });
+  readonly #dated = new LRUCache<string, Dated & { readonly ownTag?: string }>({ max: DATED_PATHS });
 
   constructor(deps: ReadThroughDeps) {
     this.#deps = deps;
@@ -446,9 +446,15 @@ export class ReadThrough {
     // instance's memory of an older body; until then they go out undated. Alone, this instance
     // dates them against what it last stored there.
     let dated: Dated = { etag, modifiedAt: storedAt, undated: true };
+    // Alone, whether this route's own bytes changed is known here (with Redis, from its write).
+    let sourceChanged: boolean | undefined;
     if (!cache.shared) {
-      dated = modification(etag, storedAt, previous ?? this.#dated.get(targets[0]!.path));
-      for (const target of targets) this.#dated.set(target.path, dated);
+      const own = targets[0]!.path;
+      const known = this.#dated.get(own);
+      // Against what this route itself last answered, not bytes its twin wrote under it.
+      sourceChanged = known?.ownTag !== etag;
+      dated = modification(etag, storedAt, previous ?? known);
+      for (const { path } of targets) this.#dated.set(path, { ...dated, ownTag: path === own ? etag : this.#dated.get(path)?.ownTag });
     }
     const { modifiedAt, undated } = dated;
     const writes = targets
@@ -456,7 +462,7 @@ export class ReadThrough {
       .map((target) => ({
         key: target.path,
         entry: withVariants({ status, body, storedAt, modifiedAt, undated, ttlMs: target.ttlSeconds * 1000, generation: target.generation, etag }, undefined),
-        ...(target.onlyIfEmpty === undefined ? {} : { onlyIfEmpty: true }),
+        ...(target.onlyIfEmpty === undefined ? {} : { onlyIfEmpty: true, ...(sourceChanged === undefined ? {} : { sourceChanged }) }),
       }));
     if (writes.length === 0) return { stored: false };
     const { accepted, settled } = cache.store(writes, live.current.config.cache.compression);

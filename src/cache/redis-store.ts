@@ -137,12 +137,13 @@ function nextSecond(ms: number): number {
  * is nothing, an older generation, or an expired entry; else the holder's tag is returned.
  * Layouts 2 to 5 share the first 24 bytes (status, storedAt, ttlMs, generations); 4 and 5 the
  * tag and modifiedAt. KEYS[1] entry; ARGV value, now, tag, PX, mode, generation all, scope.
- * Returns { 'set', modifiedAt, undated } or { 'held', tag }.
+ * Returns { 'set', modifiedAt, undated, whether the tag differs from the replaced value's (1 where
+ * none was) } or { 'held', tag }.
  */
 const DATE_SCRIPT = `
 local old = redis.call('GET', KEYS[1])
 local value, now, tag = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local at, undated = now, 0
+local at, undated, changed = now, 0, 1
 local version = old and string.len(old) >= 24 and string.byte(old, 1) or 0
 if version >= 2 and version <= 5 then
   local stored, ttl, all, scope = struct.unpack('>dI4I4I4', old, 5)
@@ -160,6 +161,7 @@ if version >= 2 and version <= 5 then
     local older = all < gall or (all == gall and scope < gscope)
     if not older and stored + ttl > now then return { 'held', oldTag } end
   end
+  if oldTag == tag then changed = 0 end
   if oldTag == tag and not oldUndated then
     at = oldAt
   else
@@ -170,10 +172,10 @@ if version >= 2 and version <= 5 then
 end
 value = string.sub(value, 1, 29) .. struct.pack('>d', at) .. string.char(undated) .. string.sub(value, 39)
 redis.call('SET', KEYS[1], value, 'PX', ARGV[4])
-return { 'set', tostring(at), undated }`;
+return { 'set', tostring(at), undated, changed }`;
 
 /** What a dated write did: stored with the fleet's date, or left the current holder's entry. */
-export type Put = { readonly kind: 'set'; readonly modifiedAt: number; readonly undated: boolean } | { readonly kind: 'held'; readonly etag: string };
+export type Put = { readonly kind: 'set'; readonly modifiedAt: number; readonly undated: boolean; readonly changed: boolean } | { readonly kind: 'held'; readonly etag: string };
 
 /**
  * The shared tier: every perch instance reads and writes the same entries. Retention is Redis's
@@ -207,9 +209,9 @@ export class RedisStore implements CacheStore {
     const px = Math.max(1, Math.ceil(retainMs));
     const mode = onlyIfEmpty ? 'empty' : 'any';
     const { all, scope } = entry.generation;
-    const reply = (await this.#client.eval(DATE_SCRIPT, 1, this.redisKey(key), encodeEntry(entry), entry.storedAt, entry.etag, px, mode, all, scope)) as [string, string, number?];
+    const reply = (await this.#client.eval(DATE_SCRIPT, 1, this.redisKey(key), encodeEntry(entry), entry.storedAt, entry.etag, px, mode, all, scope)) as [string, string, number?, number?];
     if (reply[0] === 'held') return { kind: 'held', etag: reply[1] };
-    return { kind: 'set', modifiedAt: Number(reply[1]), undated: reply[2] === 1 };
+    return { kind: 'set', modifiedAt: Number(reply[1]), undated: reply[2] === 1, changed: reply[3] !== 0 };
   }
 
   async delete(key: string): Promise<void> {

@@ -29,6 +29,14 @@ export interface CacheWrite {
    * instead, so no two versions of it are served side by side.
    */
   readonly onlyIfEmpty?: boolean;
+  /**
+   * For a write only where empty: whether the fetch's own route answered new bytes (other than
+   * the ones it held before, or none known). Only then do other bytes under this key mean the
+   * user changed and are purged; when the fetch's own bytes did not change, two routes that
+   * legitimately answer different bytes must not purge each other on every miss. Undefined with
+   * Redis, which tells from the own route's write.
+   */
+  readonly sourceChanged?: boolean;
 }
 
 export interface StoreResult {
@@ -162,8 +170,10 @@ export class TieredCache {
     const body = writes[0]!.entry.body;
     const variants = compressible(body, compression) ? await encode(body, compression) : undefined;
     const redis = this.#redis;
-    await Promise.all(
-      writes.map(async ({ key, entry, onlyIfEmpty = false }) => {
+    // The fetch's own key first: whether its bytes changed decides what a twin holding other
+    // bytes means (`sourceChanged`). Not written (TTL 0, Redis failing): taken as changed.
+    let sourceChanged = true;
+    const write = async ({ key, entry, onlyIfEmpty = false }: CacheWrite): Promise<void> => {
         const full = variants === undefined ? entry : withVariants(entry, variants);
         const retainMs = this.#retainUntil(entry) - this.#clock.now();
         if (retainMs <= 0) return;
@@ -173,25 +183,27 @@ export class TieredCache {
         const put = await redis.guard.run('set', redis.store.redisKey(key), () => redis.store.put(key, full, retainMs, onlyIfEmpty));
         if (put === undefined) return;
         if (put.kind === 'held') {
-          if (put.etag !== entry.etag) void this.purge(scopeOfKey(key));
+          if (put.etag !== entry.etag && sourceChanged) void this.purge(scopeOfKey(key));
           return;
         }
+        if (!onlyIfEmpty) sourceChanged = put.changed;
         const left = this.#retainUntil(entry) - this.#clock.now();
         // Written where Redis held nothing current: memory follows Redis, unless something newer landed.
         const current = onlyIfEmpty ? this.generations.accepts(key, entry.generation) && (this.memory.storedAt(key) ?? -Infinity) <= entry.storedAt : this.memory.holds(key, full);
         if (left > 0 && current) this.memory.set(key, redated(full, put), left);
-      }),
-    );
+    };
+    await Promise.all(writes.filter((w) => w.onlyIfEmpty !== true).map(write));
+    await Promise.all(writes.filter((w) => w.onlyIfEmpty === true).map(write));
   }
 
   /**
    * Whether memory holds nothing current under `key` for a write only where it is empty (no
    * Redis: the instance is the whole fleet). Other bytes held are purged instead of replaced.
    */
-  #vacant({ key, entry }: CacheWrite): boolean {
+  #vacant({ key, entry, sourceChanged = true }: CacheWrite): boolean {
     const held = this.local(key);
     if (held === undefined || !held.fresh) return true;
-    if (held.entry.etag !== entry.etag) this.generations.bump(scopeOfKey(key));
+    if (held.entry.etag !== entry.etag && sourceChanged) this.generations.bump(scopeOfKey(key));
     return false;
   }
 
