@@ -173,10 +173,10 @@ test('another client subscribed to the purge channel is not waited for: a purge 
   t.after(() => watchers.forEach((w) => w.disconnect()));
   await watchers[0]!.subscribe('c:purge');
   await watchers[1]!.psubscribe('*');
-  // Both instances registered as ones a purge waits for (their first beat follows their sync).
+  // Both instances listen as ones a purge waits for.
   const probe = new Redis(redis.url);
   t.after(() => probe.disconnect());
-  await waitFor(async () => (await probe.zcard('c:gen:members')) === 2);
+  await waitFor(async () => ((await probe.pubsub('NUMSUB', 'c:purge:instances')) as [string, number])[1] === 2);
   assert.equal(textOf(await a.request(TWEET)), 'old');
   await a.cache.settled();
   p.text = 'new';

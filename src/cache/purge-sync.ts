@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '../logging/logger.js';
 import type { GuardedRedis } from '../redis/guarded-redis.js';
@@ -16,10 +15,12 @@ import type { Generations, PurgeTarget } from './generations.js';
  * counts from 0, below what the instances hold, and they would ignore the purge: then nothing is
  * counted, every instance is told to write back what it knows (`reset`), and the caller restores
  * the hash from its own view before it counts again.
- * KEYS[1] hash, ARGV[1] channel, ARGV[2] target. Returns { all, scope generation, instances the
- * message reached }, or { -1, 0 } when the hash was missing.
+ * KEYS[1] hash, ARGV[1] channel, ARGV[2] target, ARGV[3] the instances' channel. Returns { all,
+ * scope generation, how many perch instances the message reached (its subscribers, at most the
+ * instances' channel's) }, or { -1, 0 } when the hash was missing.
  */
 const PURGE_SCRIPT = `
+local function instances() return redis.call('PUBSUB', 'NUMSUB', ARGV[3])[2] end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('PUBLISH', ARGV[1], 'reset')
   return { -1, 0 }
@@ -29,12 +30,12 @@ if ARGV[2] == 'all' then
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[1], 'all', all)
   local reached = redis.call('PUBLISH', ARGV[1], tostring(all))
-  return { all, 0, reached }
+  return { all, 0, math.min(reached, instances()) }
 end
 local generation = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
 local all = tonumber(redis.call('HGET', KEYS[1], 'all') or '0')
 local reached = redis.call('PUBLISH', ARGV[1], all .. ' ' .. generation .. ' ' .. ARGV[2])
-return { all, generation, reached }`;
+return { all, generation, math.min(reached, instances()) }`;
 
 /** The message that asks every instance to write its counters back into a hash Redis lost. */
 const RESET = 'reset';
@@ -91,27 +92,14 @@ const CONFIRM_MS = 2000;
 const CONFIRM_POLL_MS = 2;
 const CONFIRM_POLL_MAX_MS = 32;
 /**
- * The perch instances that confirm purges register under `<prefix>gen:members` (a sorted set:
- * instance id, scored by when its registration lapses, Redis's clock) every HEARTBEAT_MS while
- * their subscription is up. A purge waits for as many confirmations as its message reached
- * subscribers, but never for more than the registered instances: another client subscribed to
- * the channel (`redis-cli SUBSCRIBE`, a monitoring tool), or an instance of an older perch that
- * does not confirm, is not waited for.
+ * Every perch instance subscribes to a second channel, `<prefix>purge:instances`, on which
+ * nothing is ever published: its subscriber count (PUBSUB NUMSUB, which counts no pattern
+ * subscribers) is how many perch instances that confirm purges are listening. A purge waits for
+ * as many confirmations as its message reached subscribers, but never for more than that: another
+ * client subscribed to `<prefix>purge` (`redis-cli SUBSCRIBE`, `PSUBSCRIBE *`, a monitoring tool)
+ * or an instance of an older perch, which confirms nothing, is not waited for.
  */
-const HEARTBEAT_MS = 1000;
-const MEMBER_TTL_MS = 3000;
-// KEYS[1] members; ARGV id, ttl. TIME is read before writing: effects replication (Redis 7's
-// default) replicates the writes, not the script.
-const REGISTER_SCRIPT = `if redis.replicate_commands then redis.replicate_commands() end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return 1`;
-// How many instances are registered now. KEYS[1] members.
-const MEMBERS_SCRIPT = `local t = redis.call('TIME')
-return redis.call('ZCOUNT', KEYS[1], '(' .. (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)), '+inf')`;
+const INSTANCES_SUFFIX = ':instances';
 /** How long a confirmation counter outlives its purge. */
 const CONFIRM_TTL_MS = 10_000;
 // One confirmation: the counter of a purge's message, rising once per instance that applied it.
@@ -147,28 +135,21 @@ export class PurgeSync {
   /** Which (re)connection is resyncing: a newer one supersedes a resync still retrying. */
   #connection = 0;
   #closed = false;
-  /** This instance in `<prefix>gen:members`, while its subscription is synced. */
-  readonly #id = randomUUID();
-  readonly #members: string;
-  #synced = false;
-  readonly #heartbeat: NodeJS.Timeout;
+  /** The channel whose subscribers are the perch instances that confirm purges. */
+  readonly #instances: string;
 
   constructor(options: PurgeSyncOptions) {
     this.#guard = options.guard;
     this.#subscriber = options.subscriber;
     this.#key = `${options.prefix}gen`;
     this.#channel = `${options.prefix}purge`;
-    this.#members = `${options.prefix}gen:members`;
+    this.#instances = `${this.#channel}${INSTANCES_SUFFIX}`;
     this.#generations = options.generations;
     this.#logger = options.logger;
     // Connection errors show as a missing subscription, made up for on reconnection; this only
     // keeps ioredis from reporting them as unhandled 'error' events.
     this.#subscriber.on('error', () => {});
     this.#subscriber.on('ready', () => void this.#resync(++this.#connection));
-    // A subscription that dropped stops the beats: its instance is no longer waited for once its
-    // registration lapses, and it makes up for the purges it missed when it resyncs.
-    this.#subscriber.on('close', () => (this.#synced = false));
-    this.#heartbeat = setInterval(() => this.#register(), HEARTBEAT_MS).unref();
     this.#subscriber.on('message', (channel: string, message: string) => {
       if (channel === this.#channel) this.#onMessage(message);
     });
@@ -181,14 +162,12 @@ export class PurgeSync {
    */
   async purge(target: PurgeTarget): Promise<PurgeResult> {
     for (let attempt = 0; attempt < 2; attempt++) {
-      const reply = await this.#guard.run('purge', this.#key, (client) => client.eval(PURGE_SCRIPT, 1, this.#key, this.#channel, target));
+      const reply = await this.#guard.run('purge', this.#key, (client) => client.eval(PURGE_SCRIPT, 1, this.#key, this.#channel, target, this.#instances));
       if (!Array.isArray(reply)) return 'failed';
       const [all, generation, reached] = reply.map(Number) as [number, number, number];
       if (all >= 0) {
         this.#counted(all, target, generation, 'request');
-        const members = await this.#guard.run('purge', this.#members, (client) => client.eval(MEMBERS_SCRIPT, 1, this.#members) as Promise<number>);
-        const awaited = members === undefined ? reached : Math.min(reached, Number(members));
-        return (await this.#confirmed(messageOf(all, target, generation), awaited)) ? 'confirmed' : 'unconfirmed';
+        return (await this.#confirmed(messageOf(all, target, generation), reached)) ? 'confirmed' : 'unconfirmed';
       }
       this.#logger.warn({ key: this.#key }, 'cache purge counters missing in Redis: restoring them before counting');
       if (!(await this.#restore())) return 'failed';
@@ -217,12 +196,6 @@ export class PurgeSync {
     }
   }
 
-  /** Registers this instance as one a purge waits for, while its subscription is synced. */
-  #register(): void {
-    if (this.#closed || !this.#synced) return;
-    this.#guard.fire('purge', (client) => client.eval(REGISTER_SCRIPT, 1, this.#members, this.#id, MEMBER_TTL_MS));
-  }
-
   #confirmKey(message: string): string {
     return `${this.#key}:ack:${message}`;
   }
@@ -235,9 +208,6 @@ export class PurgeSync {
 
   close(): void {
     this.#closed = true;
-    clearInterval(this.#heartbeat);
-    if (this.#synced) this.#guard.fire('purge', (client) => client.zrem(this.#members, this.#id));
-    this.#synced = false;
     this.#subscriber.disconnect();
   }
 
@@ -297,13 +267,11 @@ export class PurgeSync {
   async #resync(connection: number): Promise<void> {
     for (let delay = 100; !this.#closed && connection === this.#connection; delay = Math.min(delay * 2, MAX_RESYNC_DELAY_MS)) {
       try {
-        await this.#subscriber.subscribe(this.#channel);
+        await this.#subscriber.subscribe(this.#channel, this.#instances);
         const reply = (await this.#guard.client.eval(MERGE_SCRIPT, 1, this.#key, this.#channel, 'quiet', ...this.#generations.snapshot())) as string[];
         this.#applyHash(reply, 'resync');
         // Once per connection: from here on, messages keep this instance's purges current.
         this.#logger.info({ all: this.#generations.all }, 'cache purge counters synced');
-        this.#synced = true;
-        this.#register();
         return;
       } catch {
         await sleep(delay, undefined, { ref: false });
