@@ -159,6 +159,7 @@ test('a purge answers 200 only once every instance it reached applied it; 503 wh
   const late = await purge(b, TWEET_SCOPE);
   proxy.release();
   assert.equal(late.status, 503);
+  assert.equal(late.headers.get('retry-after'), '1');
   assert.equal(late.json().error.code, 'E503');
   assert.match(late.json().error.message, /not every instance confirmed/);
 });

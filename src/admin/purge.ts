@@ -76,7 +76,8 @@ export class PurgeRoute {
 
     const result = await this.#options.cache.purge(scope.target);
     if (result === 'failed') return void this.#fail(x, 'E503', [], NOT_PROPAGATED, scope.echo);
-    if (result === 'unconfirmed') return void this.#fail(x, 'E503', [], NOT_CONFIRMED, scope.echo);
+    // Counted already: a retry a second later is harmless and usually finds every instance caught up.
+    if (result === 'unconfirmed') return void this.#fail(x, 'E503', ['retry-after', '1'], NOT_CONFIRMED, scope.echo);
     this.#options.metrics.purge(scope.label);
     const headers: HeaderList = ['x-request-id', x.requestId, 'cache-control', 'no-store'];
     send(x.res, false, 200, Buffer.from(JSON.stringify({ purged: scope.echo })), headers);
