@@ -174,23 +174,23 @@ export class TieredCache {
     // bytes means (`sourceChanged`). Not written (TTL 0, Redis failing): taken as changed.
     let sourceChanged = true;
     const write = async ({ key, entry, onlyIfEmpty = false }: CacheWrite): Promise<void> => {
-        const full = variants === undefined ? entry : withVariants(entry, variants);
-        const retainMs = this.#retainUntil(entry) - this.#clock.now();
-        if (retainMs <= 0) return;
-        if (full !== entry && this.memory.holds(key, entry)) this.memory.set(key, full, retainMs);
-        if (redis === undefined) return;
-        // The fleet's date comes back with the write; until then memory serves the entry undated.
-        const put = await redis.guard.run('set', redis.store.redisKey(key), () => redis.store.put(key, full, retainMs, onlyIfEmpty));
-        if (put === undefined) return;
-        if (put.kind === 'held') {
-          if (put.etag !== entry.etag && sourceChanged) void this.purge(scopeOfKey(key));
-          return;
-        }
-        if (!onlyIfEmpty) sourceChanged = put.changed;
-        const left = this.#retainUntil(entry) - this.#clock.now();
-        // Written where Redis held nothing current: memory follows Redis, unless something newer landed.
-        const current = onlyIfEmpty ? this.generations.accepts(key, entry.generation) && (this.memory.storedAt(key) ?? -Infinity) <= entry.storedAt : this.memory.holds(key, full);
-        if (left > 0 && current) this.memory.set(key, redated(full, put), left);
+      const full = variants === undefined ? entry : withVariants(entry, variants);
+      const retainMs = this.#retainUntil(entry) - this.#clock.now();
+      if (retainMs <= 0) return;
+      if (full !== entry && this.memory.holds(key, entry)) this.memory.set(key, full, retainMs);
+      if (redis === undefined) return;
+      // The fleet's date comes back with the write; until then memory serves the entry undated.
+      const put = await redis.guard.run('set', redis.store.redisKey(key), () => redis.store.put(key, full, retainMs, onlyIfEmpty));
+      if (put === undefined) return;
+      if (put.kind === 'held') {
+        if (put.etag !== entry.etag && sourceChanged) void this.purge(scopeOfKey(key));
+        return;
+      }
+      if (!onlyIfEmpty) sourceChanged = put.changed;
+      const left = this.#retainUntil(entry) - this.#clock.now();
+      // Written where Redis held nothing current: memory follows Redis, unless something newer landed.
+      const current = onlyIfEmpty ? this.generations.accepts(key, entry.generation) && (this.memory.storedAt(key) ?? -Infinity) <= entry.storedAt : this.memory.holds(key, full);
+      if (left > 0 && current) this.memory.set(key, redated(full, put), left);
     };
     await Promise.all(writes.filter((w) => w.onlyIfEmpty !== true).map(write));
     await Promise.all(writes.filter((w) => w.onlyIfEmpty === true).map(write));
