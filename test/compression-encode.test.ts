@@ -51,7 +51,7 @@ test('every entry has one object shape: the same keys in one order, whatever var
   const body = page(5000);
   const entry = entryOf(body, await encode(body, ON));
   const read = await decodeEntry(encodeEntry(entry));
-  const fields = ['status', 'body', 'storedAt', 'modifiedAt', 'sharedSecond', 'ttlMs', 'generation', 'etag', 'variants', 'brBytes', 'gzipBytes'];
+  const fields = ['status', 'body', 'storedAt', 'modifiedAt', 'undated', 'ttlMs', 'generation', 'etag', 'variants', 'brBytes', 'gzipBytes'];
   const bare = entryOf(page(100), undefined);
   const gzipOnly = entryOf(body, await encode(body, { ...ON, brotli: false }));
   for (const e of [entry, bare, gzipOnly, read!, (await decodeEntry(encodeEntry(bare)))!, withVariants(bare, await encode(body, ON))]) assert.deepEqual(Object.keys(e), fields);

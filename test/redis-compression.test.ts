@@ -54,7 +54,7 @@ test('Redis holds the gzip variant with the tag; another instance serves it with
   const gzipFromA = await get(a, { 'accept-encoding': 'gzip' });
   const c = await client(t, redis);
   const value = (await c.getBuffer(REDIS_KEY))!;
-  assert.equal(value.readUInt8(0), 4, 'format 4');
+  assert.equal(value.readUInt8(0), 5, 'format 5');
   assert.equal(value.readUInt8(1), 1, 'the payload is gzip');
   assert.equal(value.readUInt32BE(24), identity.length);
   const tag = value.toString('latin1', 38, 38 + value.readUInt8(28));

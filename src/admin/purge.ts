@@ -12,6 +12,7 @@ import { readPurgeScope } from './purge-scope.js';
 /** A purge body is a few dozen bytes; the bound keeps a caller from making perch buffer more. */
 export const MAX_PURGE_BODY_BYTES = 4096;
 
+const NOT_CONFIRMED = 'Service unavailable: the purge was counted, but not every instance confirmed it in time; retry';
 const NOT_PROPAGATED = "Service unavailable: Redis did not record the purge; only this instance's memory was purged, retry";
 
 export interface PurgeRouteOptions {
@@ -73,8 +74,10 @@ export class PurgeRoute {
     const scope = readPurgeScope(body);
     if (scope.kind === 'invalid') return void this.#fail(x, 'E400', [], scope.message);
 
-    const propagated = await this.#options.cache.purge(scope.target);
-    if (!propagated) return void this.#fail(x, 'E503', [], NOT_PROPAGATED, scope.echo);
+    const result = await this.#options.cache.purge(scope.target);
+    if (result === 'failed') return void this.#fail(x, 'E503', [], NOT_PROPAGATED, scope.echo);
+    // Counted already: a retry a second later is harmless and usually finds every instance caught up.
+    if (result === 'unconfirmed') return void this.#fail(x, 'E503', ['retry-after', '1'], NOT_CONFIRMED, scope.echo);
     this.#options.metrics.purge(scope.label);
     const headers: HeaderList = ['x-request-id', x.requestId, 'cache-control', 'no-store'];
     send(x.res, false, 200, Buffer.from(JSON.stringify({ purged: scope.echo })), headers);

@@ -162,8 +162,10 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     // client's copy is that representation already.
     const coding = negotiate(x.req.headers['accept-encoding'], entry);
     const tag = codingTag(entry.etag, coding);
-    headers.push('etag', tag, 'last-modified', httpDate(entry.modifiedAt));
-    if (notModified(x.req.headers['if-none-match'], x.req.headers['if-modified-since'], tag, entry.modifiedAt, entry.sharedSecond)) {
+    // No date where none is exact (entry.ts): a wrong one could earn a 304 for other bytes.
+    if (entry.undated) headers.push('etag', tag);
+    else headers.push('etag', tag, 'last-modified', httpDate(entry.modifiedAt));
+    if (notModified(x.req.headers['if-none-match'], x.req.headers['if-modified-since'], tag, entry.modifiedAt, entry.undated)) {
       if (x.cache === 'hit') x.cache = 'revalidated';
       sendNotModified(x.res, headers);
       return finish(x, 304);

@@ -28,16 +28,18 @@ export interface CacheEntry {
   /** Clock time (ms) the upstream answered. */
   readonly storedAt: number;
   /**
-   * Clock time (ms) these bytes became the answer, for `Last-Modified`: the `storedAt` of the
-   * fetch that first returned them, kept by every refetch that returns the same bytes.
+   * Clock time (ms) these bytes became the answer in the fleet, for `Last-Modified`: the date
+   * Redis holds for them (redis-store.ts), or, without Redis, the `storedAt` of the fetch that
+   * first returned them, kept by every refetch that returns the same bytes. When `undated`, no
+   * exact date is known and this is the earliest time one may be given.
    */
   readonly modifiedAt: number;
   /**
-   * Whether another body was the answer within the same whole second as `modifiedAt`:
-   * `Last-Modified` (whole seconds) then names both, so a date alone cannot tell a client's copy
-   * is this body, and only the entity tag may earn a 304.
+   * No `Last-Modified` goes out: a date for these bytes would not be exact. So while Redis has
+   * not dated them yet, when Redis could not, and when another body was sent with a date of the
+   * same second (new bytes wait for a later second); the `ETag` still validates.
    */
-  readonly sharedSecond: boolean;
+  readonly undated: boolean;
   /** Freshness lifetime (ms) from `storedAt`. */
   readonly ttlMs: number;
   /** The purge generations in force when its fetch started; older than known is absent. */
@@ -60,9 +62,9 @@ export interface CacheEntry {
 
 /**
  * What a fetch or a tier reads of a response; the validator and the variants' layout are derived
- * here. Without `modifiedAt` the bytes are new at `storedAt`, and share their second with no other.
+ * here. Without `modifiedAt` the bytes are new at `storedAt`, dated exactly.
  */
-export type EntryFields = Pick<CacheEntry, 'status' | 'body' | 'storedAt' | 'ttlMs' | 'generation'> & Partial<Pick<CacheEntry, 'modifiedAt' | 'sharedSecond'>>;
+export type EntryFields = Pick<CacheEntry, 'status' | 'body' | 'storedAt' | 'ttlMs' | 'generation'> & Partial<Pick<CacheEntry, 'modifiedAt' | 'undated'>>;
 
 /** A response with its validator, as Redis holds it (redis-store.ts): what `withVariants` completes. */
 export type TaggedFields = EntryFields & Pick<CacheEntry, 'etag'>;
@@ -84,7 +86,7 @@ export function withVariants(entry: TaggedFields, variants: Variants | undefined
     body: entry.body,
     storedAt: entry.storedAt,
     modifiedAt: entry.modifiedAt ?? entry.storedAt,
-    sharedSecond: entry.sharedSecond ?? false,
+    undated: entry.undated ?? false,
     ttlMs: entry.ttlMs,
     generation: entry.generation,
     etag: entry.etag,
@@ -104,7 +106,7 @@ export function inRegion(entry: CacheEntry, body: Buffer, generation: Generation
     body,
     storedAt: entry.storedAt,
     modifiedAt: entry.modifiedAt,
-    sharedSecond: entry.sharedSecond,
+    undated: entry.undated,
     ttlMs: entry.ttlMs,
     generation,
     etag: entry.etag,
@@ -144,6 +146,7 @@ export function sameResponse(a: CacheEntry, b: CacheEntry): boolean {
     a.etag === b.etag &&
     a.storedAt === b.storedAt &&
     a.modifiedAt === b.modifiedAt &&
+    a.undated === b.undated &&
     a.ttlMs === b.ttlMs &&
     a.status === b.status &&
     a.generation.all === b.generation.all &&
@@ -159,19 +162,28 @@ export function entityTag(body: Buffer): string {
   return `"${hash('sha256', body, 'base64url').slice(0, 22)}"`;
 }
 
-/** What dates a body: its tag, when it became the answer, and whether another shared that second. */
-export type Dated = Pick<CacheEntry, 'etag' | 'modifiedAt' | 'sharedSecond'>;
+/** What dates a body: its tag, when it became the answer, and whether that date is exact. */
+export type Dated = Pick<CacheEntry, 'etag' | 'modifiedAt' | 'undated'>;
 
 /**
- * `modifiedAt` and `sharedSecond` of `body` (tagged `etag`) answered at `now`, given `previous`,
- * the body it replaces, where known: the same bytes keep their date; new ones date from `now`,
- * sharing their second when the previous body's date fell in it. Where no previous body is
- * known, new bytes share their second with none.
+ * The date of `body` (tagged `etag`) answered at `now`, given `previous`, the body it replaces
+ * where known. Dates only move forward and never name two bodies: the same bytes keep their
+ * date; new ones date from `now` if its second is past the previous body's date (or, for an
+ * undated one, its floor), else stay undated until then. The script in redis-store.ts does the
+ * same against the fleet's entry.
  */
 export function modification(etag: string, now: number, previous: Dated | undefined): Dated {
-  if (previous === undefined) return { etag, modifiedAt: now, sharedSecond: false };
-  if (previous.etag === etag) return { etag, modifiedAt: previous.modifiedAt, sharedSecond: previous.sharedSecond };
-  return { etag, modifiedAt: now, sharedSecond: Math.floor(previous.modifiedAt / 1000) === Math.floor(now / 1000) };
+  if (previous === undefined) return { etag, modifiedAt: now, undated: false };
+  if (previous.etag === etag && !previous.undated) return { etag, modifiedAt: previous.modifiedAt, undated: false };
+  const floor = previous.undated ? previous.modifiedAt : (Math.floor(previous.modifiedAt / 1000) + 1) * 1000;
+  return now >= floor ? { etag, modifiedAt: now, undated: false } : { etag, modifiedAt: floor, undated: true };
+}
+
+/** `entry` with the date the fleet gave its bytes; the variants' bytes are copied with it. */
+export function redated(entry: CacheEntry, date: Pick<CacheEntry, 'modifiedAt' | 'undated'>): CacheEntry {
+  const bytes = variantBytes(entry);
+  const fields = { ...entry, modifiedAt: date.modifiedAt, undated: date.undated };
+  return withVariants(fields, bytes === undefined ? undefined : { bytes, brBytes: entry.brBytes, gzipBytes: entry.gzipBytes });
 }
 
 export function isFresh(entry: CacheEntry, now: number): boolean {

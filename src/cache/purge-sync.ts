@@ -15,10 +15,12 @@ import type { Generations, PurgeTarget } from './generations.js';
  * counts from 0, below what the instances hold, and they would ignore the purge: then nothing is
  * counted, every instance is told to write back what it knows (`reset`), and the caller restores
  * the hash from its own view before it counts again.
- * KEYS[1] hash, ARGV[1] channel, ARGV[2] target. Returns { all, scope generation }, or { -1, 0 }
- * when the hash was missing.
+ * KEYS[1] hash, ARGV[1] channel, ARGV[2] target, ARGV[3] the instances' channel. Returns { all,
+ * scope generation, how many perch instances the message reached (its subscribers, at most the
+ * instances' channel's) }, or { -1, 0 } when the hash was missing.
  */
 const PURGE_SCRIPT = `
+local function instances() return redis.call('PUBSUB', 'NUMSUB', ARGV[3])[2] end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('PUBLISH', ARGV[1], 'reset')
   return { -1, 0 }
@@ -27,13 +29,13 @@ if ARGV[2] == 'all' then
   local all = redis.call('HINCRBY', KEYS[1], 'all', 1)
   redis.call('DEL', KEYS[1])
   redis.call('HSET', KEYS[1], 'all', all)
-  redis.call('PUBLISH', ARGV[1], tostring(all))
-  return { all, 0 }
+  local reached = redis.call('PUBLISH', ARGV[1], tostring(all))
+  return { all, 0, math.min(reached, instances()) }
 end
 local generation = redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
 local all = tonumber(redis.call('HGET', KEYS[1], 'all') or '0')
-redis.call('PUBLISH', ARGV[1], all .. ' ' .. generation .. ' ' .. ARGV[2])
-return { all, generation }`;
+local reached = redis.call('PUBLISH', ARGV[1], all .. ' ' .. generation .. ' ' .. ARGV[2])
+return { all, generation, math.min(reached, instances()) }`;
 
 /** The message that asks every instance to write its counters back into a hash Redis lost. */
 const RESET = 'reset';
@@ -79,6 +81,33 @@ return merged`;
 
 const MAX_RESYNC_DELAY_MS = 1000;
 
+/**
+ * How long a purge waits for every instance its message reached to confirm it applied it; past
+ * that the purge is counted but not confirmed (`unconfirmed`), and the caller is told to retry.
+ * The confirmations are looked for after CONFIRM_POLL_MS, then twice as long each time up to
+ * CONFIRM_POLL_MAX_MS: they usually land within a few ms, and a burst of purges must not turn
+ * into thousands of reads that time out the cache's other commands.
+ */
+const CONFIRM_MS = 2000;
+const CONFIRM_POLL_MS = 2;
+const CONFIRM_POLL_MAX_MS = 32;
+/**
+ * Every perch instance subscribes to a second channel, `<prefix>purge:instances`, on which
+ * nothing is ever published: its subscriber count (PUBSUB NUMSUB, which counts no pattern
+ * subscribers) is how many perch instances that confirm purges are listening. A purge waits for
+ * as many confirmations as its message reached subscribers, but never for more than that: another
+ * client subscribed to `<prefix>purge` (`redis-cli SUBSCRIBE`, `PSUBSCRIBE *`, a monitoring tool)
+ * or an instance of an older perch, which confirms nothing, is not waited for.
+ */
+const INSTANCES_SUFFIX = ':instances';
+/** How long a confirmation counter outlives its purge. */
+const CONFIRM_TTL_MS = 10_000;
+// One confirmation: the counter of a purge's message, rising once per instance that applied it.
+const CONFIRM_SCRIPT = "local n = redis.call('INCR', KEYS[1]) redis.call('PEXPIRE', KEYS[1], ARGV[1]) return n";
+
+/** What became of a purge: applied by every instance it reached, counted only, or not counted. */
+export type PurgeResult = 'confirmed' | 'unconfirmed' | 'failed';
+
 export interface PurgeSyncOptions {
   /** The cache's connection: purges go through its breaker like every other command. */
   readonly guard: GuardedRedis;
@@ -106,12 +135,15 @@ export class PurgeSync {
   /** Which (re)connection is resyncing: a newer one supersedes a resync still retrying. */
   #connection = 0;
   #closed = false;
+  /** The channel whose subscribers are the perch instances that confirm purges. */
+  readonly #instances: string;
 
   constructor(options: PurgeSyncOptions) {
     this.#guard = options.guard;
     this.#subscriber = options.subscriber;
     this.#key = `${options.prefix}gen`;
     this.#channel = `${options.prefix}purge`;
+    this.#instances = `${this.#channel}${INSTANCES_SUFFIX}`;
     this.#generations = options.generations;
     this.#logger = options.logger;
     // Connection errors show as a missing subscription, made up for on reconnection; this only
@@ -128,20 +160,50 @@ export class PurgeSync {
    * lost is first restored from this instance's view (the others write theirs back on the
    * `reset` message), so the count starts above what every instance holds.
    */
-  async purge(target: PurgeTarget): Promise<boolean> {
+  async purge(target: PurgeTarget): Promise<PurgeResult> {
     for (let attempt = 0; attempt < 2; attempt++) {
-      const reply = await this.#guard.run('purge', this.#key, (client) => client.eval(PURGE_SCRIPT, 1, this.#key, this.#channel, target));
-      if (!Array.isArray(reply)) return false;
-      const [all, generation] = reply.map(Number) as [number, number];
+      const reply = await this.#guard.run('purge', this.#key, (client) => client.eval(PURGE_SCRIPT, 1, this.#key, this.#channel, target, this.#instances));
+      if (!Array.isArray(reply)) return 'failed';
+      const [all, generation, reached] = reply.map(Number) as [number, number, number];
       if (all >= 0) {
         this.#counted(all, target, generation, 'request');
-        return true;
+        return (await this.#confirmed(messageOf(all, target, generation), reached)) ? 'confirmed' : 'unconfirmed';
       }
       this.#logger.warn({ key: this.#key }, 'cache purge counters missing in Redis: restoring them before counting');
-      if (!(await this.#restore())) return false;
+      if (!(await this.#restore())) return 'failed';
     }
     // Lost again between the restore and the count: not counted, so not claimed.
-    return false;
+    return 'failed';
+  }
+
+  /**
+   * Whether every instance the purge's message reached (`reached`, this one's subscriber
+   * included) has applied it: each counts its application under the message (`#confirm`). Until
+   * then another instance could still serve, or let a request join, what the purge dropped.
+   */
+  async #confirmed(message: string, reached: number): Promise<boolean> {
+    const key = this.#confirmKey(message);
+    const deadline = performance.now() + CONFIRM_MS;
+    for (let pause = CONFIRM_POLL_MS; ; pause = Math.min(pause * 2, CONFIRM_POLL_MAX_MS)) {
+      // A read that failed (a timeout in a burst) is one look fewer, not a verdict: look again.
+      const count = await this.#guard.run('purge', key, (client) => client.get(key));
+      if (count !== undefined && Number(count ?? 0) >= reached) return true;
+      if (performance.now() >= deadline) {
+        this.#logger.warn({ reached, confirmed: count === undefined ? 'unknown' : Number(count ?? 0) }, 'cache purge not confirmed by every instance it reached');
+        return false;
+      }
+      await sleep(Math.min(pause, Math.max(1, deadline - performance.now())));
+    }
+  }
+
+  #confirmKey(message: string): string {
+    return `${this.#key}:ack:${message}`;
+  }
+
+  /** Tells the purging instance this one applied the purge `message` announced. */
+  #confirm(message: string): void {
+    const key = this.#confirmKey(message);
+    this.#guard.fire('purge', (client) => client.eval(CONFIRM_SCRIPT, 1, key, CONFIRM_TTL_MS));
   }
 
   close(): void {
@@ -156,6 +218,8 @@ export class PurgeSync {
     const counts = [Number(all), Number(generation ?? 0)];
     if (!counts.every(Number.isSafeInteger)) return;
     this.#counted(counts[0]!, (scope ?? 'all') as PurgeTarget, counts[1]!, 'message');
+    // Applied (memory dropped, generations raised) synchronously above: only now confirmed.
+    this.#confirm(message);
   }
 
   /**
@@ -203,7 +267,7 @@ export class PurgeSync {
   async #resync(connection: number): Promise<void> {
     for (let delay = 100; !this.#closed && connection === this.#connection; delay = Math.min(delay * 2, MAX_RESYNC_DELAY_MS)) {
       try {
-        await this.#subscriber.subscribe(this.#channel);
+        await this.#subscriber.subscribe(this.#channel, this.#instances);
         const reply = (await this.#guard.client.eval(MERGE_SCRIPT, 1, this.#key, this.#channel, 'quiet', ...this.#generations.snapshot())) as string[];
         this.#applyHash(reply, 'resync');
         // Once per connection: from here on, messages keep this instance's purges current.
@@ -220,4 +284,9 @@ export class PurgeSync {
     // A new instance's first resync raises every scope purged since the last `all`: keep the line short.
     if (purged.length > 0) this.#logger.info({ purged: purged.slice(0, 10), count: purged.length, via }, 'cache purge applied');
   }
+}
+
+/** The message the purge script publishes for a purge counted as `all` and `generation`. */
+function messageOf(all: number, target: PurgeTarget, generation: number): string {
+  return target === 'all' ? String(all) : `${all} ${generation} ${target}`;
 }

@@ -14,6 +14,7 @@ import { Coalescer } from './coalescer.js';
 import { counterpart } from './cross-population.js';
 import { ageSeconds, entityTag, modification, remainingTtlSeconds, withVariants, type CacheEntry, type Dated } from './entry.js';
 import type { Generation } from './generation.js';
+import type { Stamp } from './generations.js';
 import { backoffCacheStatus, forwardCacheStatus, hitCacheStatus, staleCacheStatus, type CacheOutcome } from './outcome.js';
 import { RefreshBackoff, type PermanentAnswer } from './refresh-backoff.js';
 import type { SharedFlights } from './shared-flight.js';
@@ -24,6 +25,8 @@ interface StoreTarget {
   readonly path: string;
   readonly ttlSeconds: number;
   readonly generation: Generation;
+  /** Not this key's own fetch (the twin route): written only where the key is empty. */
+  readonly onlyIfEmpty?: true;
 }
 
 /** What a SIGHUP reload replaces, read per request through `current` and never kept. */
@@ -115,7 +118,7 @@ const REFUSED: Gate = { kind: 'refused' };
  * whose answer is stored in both tiers and, for a user, under its twin route too. Purge
  * generations keep a response that may predate a purge out of the cache.
  */
-/** Paths whose last body this instance remembers, for `Last-Modified` across a purge or an eviction. */
+/** Paths whose last body an instance without Redis remembers, for `Last-Modified` across a purge or an eviction. */
 const DATED_PATHS = 10_000;
 
 export class ReadThrough {
@@ -123,12 +126,12 @@ export class ReadThrough {
   readonly #flights = new Coalescer<Fetched>();
   readonly #backoff: RefreshBackoff;
   /**
-   * The last body this instance stored per path, dated: a miss after a purge or an eviction has
-   * no entry to compare with, and new bytes fetched within the same second as the body they
-   * replace must not share its `Last-Modified` unflagged (see `modification`). Bounded; a path
-   * it dropped, or one another instance refetched, dates its bytes as a first fetch.
+   * Without Redis, the last body this instance stored per path, dated: a miss after a purge or an
+   * eviction has no entry to compare with, and new bytes must be dated past the date sent with
+   * the body they replace (see `modification`). Bounded; a path it dropped dates its bytes as a
+   * first fetch. With Redis the fleet's entry dates them instead (redis-store.ts).
    */
-  readonly #dated = new LRUCache<string, Dated>({ max: DATED_PATHS });
+  readonly #dated = new LRUCache<string, Dated & { readonly ownTag?: string }>({ max: DATED_PATHS });
 
   constructor(deps: ReadThroughDeps) {
     this.#deps = deps;
@@ -233,13 +236,22 @@ export class ReadThrough {
   async #join(request: EndpointRequest, client: Client, trace: TraceSpan | undefined): Promise<{ flight: { leader: boolean }; fetched: Fetched }> {
     const pass = passThrough(client);
     const payer = this.#payerOf(client);
-    const shared = pass === undefined ? request.path : `${pass.digest}\n${request.path}`;
+    // Keyed by the key's purge generation: a request arriving after a purge of it never joins a
+    // flight that began before (its answer may predate the purge), it starts or joins a newer one.
+    const epoch = this.#epoch(request.path);
+    const shared = pass === undefined ? `${epoch}\n${request.path}` : `${epoch}\n${pass.digest}\n${request.path}`;
     for (let round = 0; ; round++) {
       const key = round < 2 ? shared : `${payer.id}\n${shared}`;
       const flight = this.#flights.run(key, () => this.#fetchAndStore(request, pass, payer, trace));
       const fetched = await flight.promise;
       if (flight.leader || fetched.refusedPayer === undefined || fetched.refusedPayer === payer.id) return { flight, fetched };
     }
+  }
+
+  /** The purge generation of `path` as a flight key's prefix: purges of other scopes leave it. */
+  #epoch(path: string): string {
+    const { all, scope } = this.#deps.cache.generations.stamp(path);
+    return `${all}.${scope}`;
   }
 
   #hit(entry: CacheEntry, tier: 'memory' | 'redis'): Served {
@@ -266,7 +278,8 @@ export class ReadThrough {
   #revalidate(request: EndpointRequest, client: Client, entry: CacheEntry, trace: TraceSpan | undefined): Served {
     const key = request.path;
     if (this.#backoff.waiting(key) === undefined) {
-      const flight = this.#flights.run(key, () => this.#fetchAndStore(request, passThrough(client), this.#payerOf(client), trace, entry));
+      // Per purge generation, as a miss's flight (`#join`): a purge closes the refreshes before it.
+      const flight = this.#flights.run(`${this.#epoch(key)}\n${key}`, () => this.#fetchAndStore(request, passThrough(client), this.#payerOf(client), trace, entry));
       flight.promise.then(
         (fetched) => {
           if (flight.leader) this.#learn(key, fetched);
@@ -337,18 +350,33 @@ export class ReadThrough {
    * answer replaces, where one is known (a refresh), which dates it (see `modification`).
    */
   async #fetchAndStore(request: EndpointRequest, client: PassThroughClient | undefined, payer: Payer, trace: TraceSpan | undefined, previous?: CacheEntry): Promise<Fetched> {
-    const { sharedFlights } = this.#deps;
-    const deadlineMs = this.#deps.live.current.config.server.miss_deadline_ms;
-    const claim = sharedFlights === undefined ? undefined : await sharedFlights.claim(request.path, deadlineMs);
+    const { sharedFlights, cache } = this.#deps;
+    const { config } = this.#deps.live.current;
+    // Before anything is awaited: a purge observed from here on keeps this flight's answer out of
+    // the cache, and the fleet's lease is per generation, so a flight begun after a purge never
+    // waits on one begun before it.
+    const stamp = cache.generations.stamp(request.path);
+    // Nothing of this endpoint is stored (TTL 0): no other instance can be spared a call, so none
+    // waits on this one's lease.
+    const leased = sharedFlights !== undefined && config.cache.ttl_seconds[request.endpoint] > 0;
+    const claim = leased ? await sharedFlights.claim(request.path, stamp, config.server.miss_deadline_ms) : undefined;
     if (claim?.kind === 'entry') return { status: claim.entry.status, body: claim.entry.body, entry: claim.entry, stored: false, viaRedis: true };
+    if (claim?.kind === 'answer') return { status: claim.status, body: claim.body, stored: false, viaRedis: true };
     let settled: Promise<void> | undefined;
+    let unstored404: Buffer | undefined;
     try {
-      const fetched = await this.#fetchUpstream(request, payer, trace, client, previous);
+      const fetched = await this.#fetchUpstream(request, payer, trace, client, previous, false, stamp);
       settled = fetched.settled;
+      // A provider's 404 nothing stores (`not_found: 0`), for this path: the waiting instances
+      // take it rather than asking again one after another. Never a pass-through key's verdict.
+      if (fetched.status === 404 && !fetched.stored && fetched.called === true && client === undefined) unstored404 = fetched.body;
       return fetched;
     } finally {
       // Once Redis has the entry, so a waiting instance finds it, not a free lease.
-      if (claim !== undefined) void (settled ?? Promise.resolve()).then(claim.release);
+      if (claim !== undefined) {
+        const { release } = claim;
+        void (settled ?? Promise.resolve()).then(() => release(unstored404));
+      }
     }
   }
 
@@ -356,12 +384,12 @@ export class ReadThrough {
    * `verifying`: pass-through auth, the call verifies `client`'s key (upstream-verifier.ts); what
    * the provider answers it about the key is no sign of the provider's health (verdict.ts).
    */
-  async #fetchUpstream(request: EndpointRequest, payer: Payer, trace: TraceSpan | undefined, client?: PassThroughClient, previous?: CacheEntry, verifying = false): Promise<Fetched> {
+  async #fetchUpstream(request: EndpointRequest, payer: Payer, trace: TraceSpan | undefined, client?: PassThroughClient, previous?: CacheEntry, verifying = false, since?: Stamp): Promise<Fetched> {
     const { cache, clock, logger } = this.#deps;
     const { config, upstreams, verifier } = this.#deps.live.current;
     const ttl = config.cache.ttl_seconds;
     // Before the fetch: a purge observed while it runs must keep its response out of the cache.
-    const stamp = cache.generations.stamp(request.path);
+    const stamp = since ?? cache.generations.stamp(request.path);
     const clientKey = client && { id: client.id, key: client.key, ...(verifying ? { verifying } : {}) };
     const { result, upstream, ms, called, payerRefused } = await upstreams.fetch(request, clientKey, payer, trace);
     const via = { upstream, upstreamMs: ms, called, ...(result.batched === undefined ? {} : { batch: result.batched.size }) };
@@ -383,7 +411,10 @@ export class ReadThrough {
     const twin = counterpart(request.endpoint, answer.body);
     const twinGeneration = twin && cache.generations.restamp(stamp, twin.path);
     const targets: StoreTarget[] = [{ path: request.path, ttlSeconds: ttl[request.endpoint], generation: stamp }];
-    if (twin !== undefined && twinGeneration !== undefined) targets.push({ path: twin.path, ttlSeconds: ttl[twin.endpoint], generation: twinGeneration });
+    // The twin is not this flight's key: another instance may hold it, or be fetching it under its
+    // own lease. So it is written only where empty, and where it holds other bytes it is purged
+    // on every instance instead (tiered-cache.ts): never two versions of one user side by side.
+    if (twin !== undefined && twinGeneration !== undefined) targets.push({ path: twin.path, ttlSeconds: ttl[twin.endpoint], generation: twinGeneration, onlyIfEmpty: true });
     return { ...answer, ...this.#store(200, answer.body, targets, previous), ...via };
   }
 
@@ -411,14 +442,27 @@ export class ReadThrough {
     const { cache, clock, live, logger } = this.#deps;
     const storedAt = clock.now();
     const etag = entityTag(body);
-    const dated = modification(etag, storedAt, previous ?? this.#dated.get(targets[0]!.path));
-    const { modifiedAt, sharedSecond } = dated;
-    for (const target of targets) this.#dated.set(target.path, dated);
+    // With Redis the fleet dates the bytes as Redis takes them (redis-store.ts), never this
+    // instance's memory of an older body; until then they go out undated. Alone, this instance
+    // dates them against what it last stored there.
+    let dated: Dated = { etag, modifiedAt: storedAt, undated: true };
+    // Alone, whether this route's own bytes changed is known here (with Redis, from its write).
+    let sourceChanged: boolean | undefined;
+    if (!cache.shared) {
+      const own = targets[0]!.path;
+      const known = this.#dated.get(own);
+      // Against what this route itself last answered, not bytes its twin wrote under it.
+      sourceChanged = known?.ownTag !== etag;
+      dated = modification(etag, storedAt, previous ?? known);
+      for (const { path } of targets) this.#dated.set(path, { ...dated, ownTag: path === own ? etag : this.#dated.get(path)?.ownTag });
+    }
+    const { modifiedAt, undated } = dated;
     const writes = targets
       .filter((target) => target.ttlSeconds > 0)
       .map((target) => ({
         key: target.path,
-        entry: withVariants({ status, body, storedAt, modifiedAt, sharedSecond, ttlMs: target.ttlSeconds * 1000, generation: target.generation, etag }, undefined),
+        entry: withVariants({ status, body, storedAt, modifiedAt, undated, ttlMs: target.ttlSeconds * 1000, generation: target.generation, etag }, undefined),
+        ...(target.onlyIfEmpty === undefined ? {} : { onlyIfEmpty: true, ...(sourceChanged === undefined ? {} : { sourceChanged }) }),
       }));
     if (writes.length === 0) return { stored: false };
     const { accepted, settled } = cache.store(writes, live.current.config.cache.compression);

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { GuardedRedis } from '../redis/guarded-redis.js';
 import type { CacheEntry } from './entry.js';
+import type { Generation } from './generation.js';
 import type { TieredCache } from './tiered-cache.js';
 
 /** How often an instance waiting on another's fetch looks for the result. */
@@ -13,20 +14,40 @@ const POLL_MS = 15;
  */
 const LEASE_MARGIN_MS = 1000;
 
+// SET NX PX that returns the holder's value (SET's NX and GET together need Redis 7.0). A
+// handed-off 404 answers only the instances that waited for it: on a first attempt (ARGV[3] 1)
+// it counts as free, so it never answers a request that came after it, as a cache would.
+// KEYS[1] lease; ARGV token, PX, first attempt (1 or 0), the hand-off's prefix.
+const CLAIM_SCRIPT = `local held = redis.call('get', KEYS[1])
+if held and not (ARGV[3] == '1' and string.sub(held, 1, 4) == ARGV[4]) then return held end
+redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false`;
 // Deletes the lease only if it is still ours: after it expired another instance may hold it.
 const RELEASE_SCRIPT = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+// Hands an answer nothing stores (a 404 under `not_found: 0`) to the instances waiting on the
+// lease, in place of the lease, for a moment only: long enough for their next look, too short
+// to be a cache. ARGV[1] token, ARGV[2] the answer, ARGV[3] how long.
+const HAND_OFF_SCRIPT = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('set', KEYS[1], ARGV[2], 'PX', ARGV[3]) else return 0 end";
+/** The value of a lease that became a handed-off 404: the prefix, then its body. */
+const HANDED_404 = '404\n';
+/** How long a handed-off answer waits for the instances that waited on the lease: a few polls. */
+const HAND_OFF_MS = 5 * POLL_MS;
 
 /** What to do about a miss every instance may be having at once. */
 export type Claim =
   | { readonly kind: 'entry'; readonly entry: CacheEntry }
-  | { readonly kind: 'fetch'; readonly release: () => void };
+  | { readonly kind: 'answer'; readonly status: 404; readonly body: Buffer }
+  /** `release`: with the leader's 404 when nothing stored it, handed to the waiting instances. */
+  | { readonly kind: 'fetch'; readonly release: (unstored404?: Buffer) => void };
 
 /**
  * Coalescing across instances: the first instance to miss a key takes a lease in Redis
  * (SET NX PX) and fetches; the others poll for the entry it stores. The lease lasts the leader's
  * whole deadline (`server.miss_deadline_ms`: the call cap's queue, retries, credential switches
  * and failover all fit in it) plus a margin to store the entry, so it never expires under a live
- * holder, and a crashed holder delays the others only until it expires. The deadline is the one
+ * holder, and a crashed holder delays the others only until it expires. A 404 nothing stores
+ * (`not_found: 0`, known only once the provider answered) is handed to the instances waiting,
+ * in place of the lease, so they answer with the leader rather than each in turn after it. The deadline is the one
  * in force when the lease is taken, so a reload that changes it applies to the next miss. Without
  * Redis (or with Redis failing) every instance fetches.
  */
@@ -41,20 +62,28 @@ export class SharedFlights {
     this.#prefix = prefix;
   }
 
-  /** `deadlineMs`: how long the leader may work on the miss (`server.miss_deadline_ms`). */
-  async claim(key: string, deadlineMs: number): Promise<Claim> {
+  /**
+   * `generation`: the purge generation of `key` the flight began in. The lease is per
+   * generation: once a purge is applied, a new flight takes a lease of its own at once instead
+   * of waiting on one begun before the purge, whose answer will not be stored.
+   * `deadlineMs`: how long the leader may work on the miss (`server.miss_deadline_ms`).
+   */
+  async claim(key: string, generation: Generation, deadlineMs: number): Promise<Claim> {
     const leaseMs = deadlineMs + LEASE_MARGIN_MS;
-    const lockKey = `${this.#prefix}lock:${key}`;
+    const lockKey = `${this.#prefix}lock:${generation.all}.${generation.scope}:${key}`;
     const token = randomUUID();
     const deadline = performance.now() + leaseMs + POLL_MS;
-    for (;;) {
-      const release = () => this.#release(lockKey, token);
-      const taken = await this.#guard.run('lease', lockKey, (client) => client.set(lockKey, token, 'PX', leaseMs, 'NX'));
+    for (let attempt = 0; ; attempt++) {
+      const release = (unstored404?: Buffer) => this.#release(lockKey, token, unstored404);
+      // The holder's value comes back when the lease is taken, null when it was free and is ours.
+      const first = attempt === 0 ? 1 : 0;
+      const held = await this.#guard.run('lease', lockKey, (client) => client.eval(CLAIM_SCRIPT, 1, lockKey, token, leaseMs, first, HANDED_404) as Promise<string | null>);
       // undefined: Redis did not answer, so nobody can be waited for. The SET may still run
       // later (a stalled Redis works through its queue when it resumes); releasing with our token
       // afterwards, on the same connection and so in order, keeps it from orphaning the key.
-      if (taken === undefined) return { kind: 'fetch', release };
-      if (taken === 'OK') {
+      if (held === undefined) return { kind: 'fetch', release };
+      if (typeof held === 'string' && held.startsWith(HANDED_404)) return { kind: 'answer', status: 404, body: Buffer.from(held.slice(HANDED_404.length)) };
+      if (held === null) {
         // Another instance may have stored and released between our last look and the lease,
         // even on the first attempt: one more read costs far less than a second upstream call.
         const found = await this.#cache.remote(key);
@@ -69,8 +98,9 @@ export class SharedFlights {
     }
   }
 
-  #release(lockKey: string, token: string): void {
-    this.#guard.fire('release', (client) => client.eval(RELEASE_SCRIPT, 1, lockKey, token));
+  #release(lockKey: string, token: string, unstored404: Buffer | undefined): void {
+    if (unstored404 === undefined) this.#guard.fire('release', (client) => client.eval(RELEASE_SCRIPT, 1, lockKey, token));
+    else this.#guard.fire('release', (client) => client.eval(HAND_OFF_SCRIPT, 1, lockKey, token, HANDED_404 + unstored404.toString('utf8'), HAND_OFF_MS));
   }
 }
 

@@ -3,10 +3,10 @@ import type { BreakerState } from '../redis/breaker.js';
 import type { GuardedRedis, RedisCallStats } from '../redis/guarded-redis.js';
 import type { CompressionConfig } from '../config/types.js';
 import { compressible, encode } from './compression.js';
-import { isFresh, withVariants, type CacheEntry } from './entry.js';
-import type { Generations, PurgeTarget } from './generations.js';
+import { isFresh, redated, withVariants, type CacheEntry } from './entry.js';
+import { scopeOfKey, type Generations, type PurgeTarget } from './generations.js';
 import type { MemoryStore } from './memory-store.js';
-import type { PurgeSync } from './purge-sync.js';
+import type { PurgeResult, PurgeSync } from './purge-sync.js';
 import type { RedisStore } from './redis-store.js';
 
 export interface TieredCacheOptions {
@@ -23,6 +23,20 @@ export interface TieredCacheOptions {
 export interface CacheWrite {
   readonly key: string;
   readonly entry: CacheEntry;
+  /**
+   * A write by a fetch that is not this key's own (cross-population): made only where the key
+   * holds nothing current; where it holds other bytes, that entry is purged on every instance
+   * instead, so no two versions of it are served side by side.
+   */
+  readonly onlyIfEmpty?: boolean;
+  /**
+   * For a write only where empty: whether the fetch's own route answered new bytes (other than
+   * the ones it held before, or none known). Only then do other bytes under this key mean the
+   * user changed and are purged; when the fetch's own bytes did not change, two routes that
+   * legitimately answer different bytes must not purge each other on every miss. Undefined with
+   * Redis, which tells from the own route's write.
+   */
+  readonly sourceChanged?: boolean;
 }
 
 export interface StoreResult {
@@ -123,8 +137,9 @@ export class TieredCache {
    */
   store(writes: readonly CacheWrite[], compression: CompressionConfig): StoreResult {
     const accepted = writes.map((w) => this.generations.accepts(w.key, w.entry.generation));
-    const kept = writes.filter((_, i) => accepted[i]);
-    for (const { key, entry } of kept) this.memory.set(key, entry, this.#retainUntil(entry) - this.#clock.now());
+    const kept = writes.filter((w, i) => accepted[i] && (w.onlyIfEmpty !== true || this.#redis !== undefined || this.#vacant(w)));
+    // With Redis, a write only where the key is empty waits for Redis to say it was.
+    for (const { key, entry, onlyIfEmpty } of kept) if (onlyIfEmpty !== true || this.#redis === undefined) this.memory.set(key, entry, this.#retainUntil(entry) - this.#clock.now());
     if (kept.length === 0) return { accepted, settled: Promise.resolve() };
     const settled = this.#publish(kept, compression);
     this.#pending.add(settled);
@@ -155,30 +170,58 @@ export class TieredCache {
     const body = writes[0]!.entry.body;
     const variants = compressible(body, compression) ? await encode(body, compression) : undefined;
     const redis = this.#redis;
-    await Promise.all(
-      writes.map(async ({ key, entry }) => {
-        const full = variants === undefined ? entry : withVariants(entry, variants);
-        const retainMs = this.#retainUntil(entry) - this.#clock.now();
-        if (retainMs <= 0) return;
-        if (full !== entry && this.memory.holds(key, entry)) this.memory.set(key, full, retainMs);
-        if (redis !== undefined) await redis.guard.run('set', redis.store.redisKey(key), () => redis.store.set(key, full, retainMs));
-      }),
-    );
+    // The fetch's own key first: whether its bytes changed decides what a twin holding other
+    // bytes means (`sourceChanged`). Not written (TTL 0, Redis failing): taken as changed.
+    let sourceChanged = true;
+    const write = async ({ key, entry, onlyIfEmpty = false }: CacheWrite): Promise<void> => {
+      const full = variants === undefined ? entry : withVariants(entry, variants);
+      const retainMs = this.#retainUntil(entry) - this.#clock.now();
+      if (retainMs <= 0) return;
+      if (full !== entry && this.memory.holds(key, entry)) this.memory.set(key, full, retainMs);
+      if (redis === undefined) return;
+      // The fleet's date comes back with the write; until then memory serves the entry undated.
+      const put = await redis.guard.run('set', redis.store.redisKey(key), () => redis.store.put(key, full, retainMs, onlyIfEmpty));
+      if (put === undefined) return;
+      if (put.kind === 'held') {
+        if (put.etag !== entry.etag && sourceChanged) void this.purge(scopeOfKey(key));
+        return;
+      }
+      if (!onlyIfEmpty) sourceChanged = put.changed;
+      const left = this.#retainUntil(entry) - this.#clock.now();
+      // Written where Redis held nothing current: memory follows Redis, unless something newer landed.
+      const current = onlyIfEmpty ? this.generations.accepts(key, entry.generation) && (this.memory.storedAt(key) ?? -Infinity) <= entry.storedAt : this.memory.holds(key, full);
+      if (left > 0 && current) this.memory.set(key, redated(full, put), left);
+    };
+    await Promise.all(writes.filter((w) => w.onlyIfEmpty !== true).map(write));
+    await Promise.all(writes.filter((w) => w.onlyIfEmpty === true).map(write));
   }
 
   /**
-   * Purges `target` on every instance. With Redis, false when Redis could not count it: then
-   * only this instance's memory entries are dropped, and the other instances keep theirs.
+   * Whether memory holds nothing current under `key` for a write only where it is empty (no
+   * Redis: the instance is the whole fleet). Other bytes held are purged instead of replaced.
    */
-  async purge(target: PurgeTarget): Promise<boolean> {
+  #vacant({ key, entry, sourceChanged = true }: CacheWrite): boolean {
+    const held = this.local(key);
+    if (held === undefined || !held.fresh) return true;
+    if (held.entry.etag !== entry.etag && sourceChanged) this.generations.bump(scopeOfKey(key));
+    return false;
+  }
+
+  /**
+   * Purges `target` on every instance. With Redis, `confirmed` once every instance the purge
+   * reached applied it; `unconfirmed` when counted but some did not say so in time; `failed`
+   * when Redis could not count it: then only this instance's memory entries are dropped, and the
+   * other instances keep theirs.
+   */
+  async purge(target: PurgeTarget): Promise<PurgeResult> {
     const redis = this.#redis;
     if (redis === undefined) {
       this.generations.bump(target);
-      return true;
+      return 'confirmed';
     }
-    if (await redis.purges.purge(target)) return true;
-    this.generations.drop([target]);
-    return false;
+    const result = await redis.purges.purge(target);
+    if (result === 'failed') this.generations.drop([target]);
+    return result;
   }
 
   /** Stops following purges; the Redis connection is the composition root's to close. */

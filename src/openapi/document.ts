@@ -150,7 +150,7 @@ export const OPENAPI_DOCUMENT = {
           'Strong validator of the cached body: "<22 base64url characters of its SHA-256>", the same on every instance; a compressed variant\'s tag ends in -br or -gzip inside the quotes. On 200s from the cache and answers stored by a miss',
         schema: { type: 'string', pattern: '^"[A-Za-z0-9_-]{22}(-br|-gzip)?"$' },
       },
-      'Last-Modified': { description: 'When the upstream answered (HTTP-date), with ETag', schema: { type: 'string' } },
+      'Last-Modified': { description: 'When these bytes first became the answer (HTTP-date); absent where no exact date is known (ETag remains)', schema: { type: 'string' } },
       'x-rate-limit-limit': {
         description: "With server.rate_limit_headers x_rate_limit (Twitter's dialect): the plan's bucket size",
         schema: { type: 'integer', minimum: 1 },

@@ -9,17 +9,16 @@ import { parseHttpDate } from '../http-date.js';
  * True when the request's validators match: `If-None-Match` lists the representation's tag (weak
  * comparison: `W/` is ignored) or is `*`; or, only when there is no `If-None-Match`,
  * `If-Modified-Since` is a valid date no earlier than `lastModifiedMs` (whole seconds, as
- * `Last-Modified` carries it). `sharedSecond`: another body was the answer within the second of
- * `lastModifiedMs`, so a date of that very second may name either, and only a later one matches.
- * A date in none of the three HTTP-date forms is ignored, as the RFC requires (`nowMs` places an
- * rfc850 two-digit year).
+ * `Last-Modified` carries it). `undated`: no `Last-Modified` was sent, as no exact date is known,
+ * so no date can match. A date in none of the three HTTP-date forms is ignored, as the RFC
+ * requires (`nowMs` places an rfc850 two-digit year).
  */
-export function notModified(ifNoneMatch: string | undefined, ifModifiedSince: string | undefined, etag: string, lastModifiedMs: number, sharedSecond = false, nowMs = Date.now()): boolean {
+export function notModified(ifNoneMatch: string | undefined, ifModifiedSince: string | undefined, etag: string, lastModifiedMs: number, undated = false, nowMs = Date.now()): boolean {
   if (ifNoneMatch !== undefined) return ifNoneMatch.trim() === '*' || listsTag(ifNoneMatch, etag);
   if (ifModifiedSince === undefined) return false;
   const since = parseHttpDate(ifModifiedSince, nowMs);
   const second = Math.floor(lastModifiedMs / 1000) * 1000;
-  return since !== undefined && (sharedSecond ? second < since : second <= since);
+  return !undated && since !== undefined && second <= since;
 }
 
 /**
