@@ -49,6 +49,11 @@ export class InsuredLimiter {
     );
   }
 
+  /** See `LeasedLimiter.replan`. */
+  replan(plans: ReadonlyMap<string, Plan>): void {
+    this.#redis.replan(plans);
+  }
+
   /** Gives the leased tokens back to Redis; see `LeasedLimiter.close`. */
   close(): Promise<void> {
     return this.#redis.close();

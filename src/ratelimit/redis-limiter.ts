@@ -15,11 +15,28 @@ import type { BucketLimiter, Plan, Verdict } from './token-bucket.js';
  * (fields `i:<instance>` of the same hash, whose value is when the entry lapses, Redis time): so
  * the instances of a fleet together take about half of what the bucket holds at a time, and the
  * last tokens go one request at a time, to whichever instance has a request for them.
- * `give` unspent tokens come back first (up to capacity). `register` > 0 (re)registers the
- * instance for that many ms, 0 removes its entry (it stops), -1 leaves it as it is.
+ * `register` > 0 (re)registers the instance for that many ms, 0 removes its entry (it stops),
+ * -1 leaves it as it is.
  *
- * KEYS[1] bucket; ARGV capacity, tokens per millisecond, want, need, give, instance, register.
- * Returns allowed (0/1), the tokens left and the tokens taken.
+ * Deadline. `deadline` (Redis ms, 0: none) is when the caller stops waiting for the answer: a
+ * script that runs later (Redis was frozen or slow, the command sat in its queue) changes nothing
+ * and answers -1, so no token leaves the bucket for a caller that is no longer there.
+ *
+ * Lease records. A lease of `taken` tokens keeps `reserve` = min(taken - need, ceil(taken / 4))
+ * of them (its last quarter) that the instance spends only once it has sent its next call for the
+ * key. Field `l:<instance>:<lease>:<reserve>` records that promise until `hold` ms from now; the
+ * instance's next lease call replaces it, and giving that lease back (`lease` = its id) removes
+ * it. A record that lapses (its instance died, or Redis never heard from it again) is reclaimed
+ * by whichever call finds it: its reserve goes back into the bucket, and a tombstone
+ * `z:<instance>:<lease>:<reserve>` lets a give-back that arrives after all take the reclaimed
+ * part off what it returns. Field values are all lapse times, so older perch versions that read
+ * the hash count them as instances for a while, then drop them.
+ * `give` unspent tokens come back first, exactly, up to capacity; a negative `give` takes off
+ * what the instance allowed from its memory bucket while Redis did not answer (down to empty).
+ *
+ * KEYS[1] bucket; ARGV capacity, tokens per millisecond, want, need, give, instance, register,
+ * deadline, lease, hold. Returns allowed (0/1, -1 past the deadline), the tokens left, the tokens
+ * taken, Redis's time (ms) and the reserve recorded.
  */
 const TAKE_SCRIPT = `
 local capacity = tonumber(ARGV[1])
@@ -27,28 +44,72 @@ local per_ms = tonumber(ARGV[2])
 local want = tonumber(ARGV[3])
 local need = tonumber(ARGV[4])
 local give = tonumber(ARGV[5])
-local me = 'i:' .. ARGV[6]
+local instance = ARGV[6]
+local me = 'i:' .. instance
 local register = tonumber(ARGV[7])
+local deadline = tonumber(ARGV[8])
+local lease = ARGV[9]
+local hold = tonumber(ARGV[10])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+if deadline > 0 and now > deadline then
+  return {-1, '0', 0, string.format('%d', now), 0}
+end
 local state = redis.call('HGETALL', KEYS[1])
 local tokens = nil
 local at = nil
 local fleet = 0
 local live_until = now
+local reclaimed = 0
+local own_record = nil
 for i = 1, #state, 2 do
   local field = state[i]
+  local value = state[i + 1]
   if field == 'tokens' then
-    tokens = tonumber(state[i + 1])
+    tokens = tonumber(value)
   elseif field == 'at' then
-    at = tonumber(state[i + 1])
-  elseif field ~= me then
-    local lapses = tonumber(state[i + 1])
-    if lapses > now then
-      fleet = fleet + 1
-      live_until = math.max(live_until, lapses)
-    else
-      redis.call('HDEL', KEYS[1], field)
+    at = tonumber(value)
+  else
+    local lapses = tonumber(value) or 0
+    local kind = string.sub(field, 1, 2)
+    if kind == 'l:' or kind == 'z:' then
+      local holder, id, reserve = string.match(field, '^..([^:]*):([^:]*):([^:]*)$')
+      if holder == instance and instance ~= '' then
+        if kind == 'l:' then
+          if id == lease and hold == 0 then
+            redis.call('HDEL', KEYS[1], field)
+          elseif hold > 0 then
+            redis.call('HDEL', KEYS[1], field)
+          else
+            own_record = field
+            live_until = math.max(live_until, lapses)
+          end
+        elseif id == lease and hold == 0 then
+          give = math.max(0, give - (tonumber(reserve) or 0))
+          redis.call('HDEL', KEYS[1], field)
+        elseif lapses <= now then
+          redis.call('HDEL', KEYS[1], field)
+        else
+          live_until = math.max(live_until, lapses)
+        end
+      elseif lapses <= now then
+        redis.call('HDEL', KEYS[1], field)
+        if kind == 'l:' and (tonumber(reserve) or 0) > 0 then
+          reclaimed = reclaimed + tonumber(reserve)
+          local tombstone = 'z:' .. holder .. ':' .. id .. ':' .. reserve
+          redis.call('HSET', KEYS[1], tombstone, string.format('%d', now + 10000))
+          live_until = math.max(live_until, now + 10000)
+        end
+      else
+        live_until = math.max(live_until, lapses)
+      end
+    elseif field ~= me then
+      if lapses > now then
+        fleet = fleet + 1
+        live_until = math.max(live_until, lapses)
+      else
+        redis.call('HDEL', KEYS[1], field)
+      end
     end
   end
 end
@@ -57,14 +118,15 @@ if tokens == nil or at == nil then
 else
   tokens = math.min(capacity, tokens + math.max(0, now - at) * per_ms)
 end
-tokens = math.min(capacity, tokens + give)
-if ARGV[6] ~= '' then
+tokens = math.max(0, math.min(capacity, tokens + reclaimed + give))
+if instance ~= '' then
   if register > 0 then
     redis.call('HSET', KEYS[1], me, string.format('%d', now + register))
     live_until = math.max(live_until, now + register)
     fleet = fleet + 1
   elseif register == 0 then
     redis.call('HDEL', KEYS[1], me)
+    if own_record ~= nil then redis.call('HDEL', KEYS[1], own_record) end
   else
     local mine = tonumber(redis.call('HGET', KEYS[1], me))
     if mine ~= nil and mine > now then live_until = math.max(live_until, mine) end
@@ -72,11 +134,19 @@ if ARGV[6] ~= '' then
 end
 local allowed = 0
 local taken = 0
+local reserve = 0
 if tokens + 1e-9 >= need then
   allowed = 1
   local share = math.max(need, math.floor((tokens + 1e-9) / (2 * math.max(1, fleet))))
   taken = math.min(want, share, math.floor(tokens + 1e-9))
   tokens = math.max(0, tokens - taken)
+end
+if hold > 0 and instance ~= '' then
+  reserve = math.min(math.max(0, taken - need), math.ceil(taken / 4))
+  if reserve > 0 then
+    redis.call('HSET', KEYS[1], 'l:' .. instance .. ':' .. lease .. ':' .. reserve, string.format('%d', now + hold))
+    live_until = math.max(live_until, now + hold)
+  end
 end
 local ms_to_full = math.ceil((capacity - tokens) / per_ms)
 local keep = math.max(ms_to_full, live_until - now)
@@ -86,13 +156,32 @@ else
   redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens), 'at', string.format('%d', now))
   redis.call('PEXPIRE', KEYS[1], keep)
 end
-return {allowed, string.format('%.17g', tokens), taken}
+return {allowed, string.format('%.17g', tokens), taken, string.format('%d', now), reserve}
 `;
 
 const COMMAND = 'perchTakeToken';
 
+type Reply = [allowed: number, tokens: string, taken: number, redisNow: string, reserve: number];
+
 interface WithTakeCommand {
-  [COMMAND](key: string, capacity: number, perMs: string, want: number, need: number, give: number, instance: string, register: number): Promise<[number, string, number]>;
+  [COMMAND](key: string, capacity: number, perMs: string, want: number, need: number, give: number, instance: string, register: number, deadline: number, lease: string, hold: number): Promise<Reply>;
+}
+
+/** The memory buckets that insure the shared ones (memory-limiter.ts). */
+export interface Insurance {
+  /** What Redis reported of a bucket: each answer's tokens, for the memory bucket to start from. */
+  seed(keyId: string, plan: Plan, tokens: number): void;
+  /** Tokens allowed in memory while Redis did not answer: taken off the shared bucket by the next call. */
+  claim(keyId: string): number;
+  /** A claim whose call failed: still owed. */
+  unclaim(keyId: string, tokens: number): void;
+}
+
+/** A lease's answer: tokens taken, tokens left in the bucket, and the reserve Redis recorded. */
+export interface LeaseAnswer {
+  readonly taken: number;
+  readonly tokens: number;
+  readonly reserve: number;
 }
 
 /** Buckets shared by every instance through one Redis; keys are `${prefix}rl:${keyId}`. */
@@ -101,52 +190,105 @@ export class RedisLimiter implements BucketLimiter {
   readonly #prefix: string;
   readonly #timeoutMs: number;
   readonly #firstReady: Promise<void>;
+  readonly #insurance: Insurance | undefined;
   #everReady = false;
   #connectionFailed = false;
+  /**
+   * Redis's clock minus this process's monotonic clock, as the last answer showed it (a lower
+   * bound: the answer was made before it arrived), so a deadline can be said in Redis time. The
+   * monotonic clock, not the injected one: the deadline mirrors ioredis's command timeout, which
+   * runs on real time.
+   */
+  #offset: number | undefined;
+  /** When `#offset` was last set from one answer alone (monotonic ms), see `#learnOffset`. */
+  #offsetSince = 0;
 
-  constructor(client: RedisClient, options: { prefix: string; commandTimeoutMs: number }) {
+  constructor(client: RedisClient, options: { prefix: string; commandTimeoutMs: number; insurance?: Insurance }) {
     // defineCommand sends EVALSHA and falls back to EVAL when Redis does not know the script
     // (e.g. after a restart), so the script text crosses the wire only when needed.
     client.defineCommand(COMMAND, { numberOfKeys: 1, lua: TAKE_SCRIPT });
     this.#client = client as unknown as WithTakeCommand;
     this.#prefix = `${options.prefix}rl:`;
     this.#timeoutMs = options.commandTimeoutMs;
+    this.#insurance = options.insurance;
     this.#firstReady = new Promise((resolve) => client.once('ready', resolve)).then(() => void (this.#everReady = true));
     client.on('error', () => (this.#connectionFailed = true));
   }
 
   async take(keyId: string, plan: Plan, cost: 0 | 1): Promise<Verdict> {
-    if (!this.#everReady && !this.#connectionFailed) await this.#awaitFirstConnection();
-    const perMs = String(plan.refillPerSecond / 1000);
-    const [allowed, tokens] = await this.#client[COMMAND](this.redisKey(keyId), plan.capacity, perMs, cost, cost, 0, '', -1);
+    const [allowed, tokens] = await this.#run(keyId, plan, cost, cost, 0, '', -1, true, '', 0);
     return { plan, allowed: allowed === 1, tokens: Number(tokens) };
   }
 
   /**
    * Takes up to `want` whole tokens for `instance` (fewer when other instances lease too: see the
    * script) and the tokens left after, registering the instance as one that leases for
-   * `registerMs`. `need` 1: a request waits for it, so it gets a token while one is there; 0: a
-   * lease taken ahead, which gets nothing once the instance's share rounds to no token.
+   * `registerMs`, and recording the lease's reserve as lease `lease` for `holdMs`. `need` 1: a
+   * request waits for it, so it gets a token while one is there; 0: a lease taken ahead, which
+   * gets nothing once the instance's share rounds to no token. Rejects when Redis fails, or would
+   * have answered after this instance stopped waiting (then it took nothing).
    */
-  async lease(keyId: string, plan: Plan, want: number, need: 0 | 1, instance: string, registerMs: number): Promise<{ taken: number; tokens: number }> {
-    if (!this.#everReady && !this.#connectionFailed) await this.#awaitFirstConnection();
-    const perMs = String(plan.refillPerSecond / 1000);
-    const [, tokens, taken] = await this.#client[COMMAND](this.redisKey(keyId), plan.capacity, perMs, want, need, 0, instance, registerMs);
-    return { taken, tokens: Number(tokens) };
+  async lease(keyId: string, plan: Plan, want: number, need: 0 | 1, instance: string, registerMs: number, lease: string, holdMs: number): Promise<LeaseAnswer> {
+    const [, tokens, taken, , reserve] = await this.#run(keyId, plan, want, need, 0, instance, registerMs, true, lease, holdMs);
+    return { taken, tokens: Number(tokens), reserve };
   }
 
   /**
-   * Puts `tokens` unspent leased tokens back (up to capacity); `leaving`: the instance stops, so
-   * it no longer counts among those that lease.
+   * Puts `tokens` unspent tokens of lease `lease` back, exactly, up to capacity (less what Redis
+   * already reclaimed of it, see the script); `leaving`: the instance stops, so it no longer
+   * counts among those that lease. No deadline: tokens that come back late still come back.
    */
-  async giveBack(keyId: string, plan: Plan, tokens: number, instance: string, leaving: boolean): Promise<void> {
-    const perMs = String(plan.refillPerSecond / 1000);
-    await this.#client[COMMAND](this.redisKey(keyId), plan.capacity, perMs, 0, 0, tokens, instance, leaving ? 0 : -1);
+  async giveBack(keyId: string, plan: Plan, tokens: number, instance: string, lease: string, leaving: boolean): Promise<void> {
+    await this.#run(keyId, plan, 0, 0, tokens, instance, leaving ? 0 : -1, false, lease, 0);
   }
 
   /** The Redis key of a key's bucket: what decides which cluster node holds it. */
   redisKey(keyId: string): string {
     return this.#prefix + keyId;
+  }
+
+  /**
+   * One script call. With `deadline`, the script refuses to run once this instance has stopped
+   * waiting; an answer of -1 that still arrives in time means the deadline was reckoned on a
+   * clock offset that was off (another cluster node, a clock step): it is run once more on the
+   * offset that answer showed.
+   */
+  async #run(keyId: string, plan: Plan, want: number, need: number, give: number, instance: string, register: number, deadline: boolean, lease: string, hold: number): Promise<Reply> {
+    if (!this.#everReady && !this.#connectionFailed) await this.#awaitFirstConnection();
+    const perMs = String(plan.refillPerSecond / 1000);
+    // What memory allowed while Redis failed goes with a call Redis runs at most once: one with a deadline.
+    const owed = deadline ? (this.#insurance?.claim(keyId) ?? 0) : 0;
+    try {
+      for (let attempt = 0; ; attempt++) {
+        const sent = performance.now();
+        const at = deadline && this.#offset !== undefined ? Math.floor(sent + this.#offset + this.#timeoutMs) : 0;
+        const reply = await this.#client[COMMAND](this.redisKey(keyId), plan.capacity, perMs, want, need, give - owed, instance, register, at, lease, hold);
+        this.#learnOffset(Number(reply[3]) - performance.now(), reply[0] === -1);
+        if (reply[0] === -1) {
+          if (attempt === 0) continue;
+          throw new Error('rate limits: Redis answered past the deadline');
+        }
+        this.#insurance?.seed(keyId, plan, Number(reply[1]));
+        return reply;
+      }
+    } catch (error) {
+      if (owed !== 0) this.#insurance!.unclaim(keyId, owed);
+      throw error;
+    }
+  }
+
+  /**
+   * Each answer gives a lower bound of the offset (it was made before it arrived, and a busy
+   * event loop sees it later still), so the best estimate is the largest; it is started afresh
+   * every 10 s, and at once when Redis refused a deadline this instance was still within, so a
+   * clock that stepped back is followed.
+   */
+  #learnOffset(sample: number, refused: boolean): void {
+    const now = performance.now();
+    if (this.#offset === undefined || refused || now - this.#offsetSince > 10_000) {
+      this.#offset = sample;
+      this.#offsetSince = now;
+    } else this.#offset = Math.max(this.#offset, sample);
   }
 
   /**
