@@ -44,7 +44,7 @@ async function sequential(perch: Pick<RunningPerch, 'url'>, n: number): Promise<
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 for (const n of [2, 4]) {
-  test(`a client under its refill keeps a full bucket: 80 req/s over ${n} instances for 10 s, then a burst gets at least 900 of a plan of 1000`, { timeout: 90_000 }, async (t) => {
+  test(`a client under its refill keeps a full bucket: 80 req/s over ${n} instances for 16 s, then a burst gets at least 900 of a plan of 1000`, { timeout: 90_000 }, async (t) => {
     const redis = await startRedis(t);
     const upstream = await startUpstream(t, sampleProvider);
     // 100 tokens a second back, 80 spent: every lease lapses with tokens unspent and the bucket
@@ -54,14 +54,14 @@ for (const n of [2, 4]) {
     for (let i = 0; i < n; i++) perches.push(await startPerch(t, yaml));
     const started = performance.now();
     const steady: Promise<number>[] = [];
-    for (let i = 0; i < 800; i++) {
+    for (let i = 0; i < 1280; i++) {
       const due = started + i * 12.5;
       const wait = due - performance.now();
       if (wait > 0) await sleep(wait);
       steady.push(get(perches[i % n]!.url));
     }
     const steadyStatuses = await Promise.all(steady);
-    assert.equal(steadyStatuses.filter((s) => s === 200).length, 800, 'all allowed: the client spends less than its refill');
+    assert.equal(steadyStatuses.filter((s) => s === 200).length, 1280, 'all allowed: the client spends less than its refill');
     // The burst: 1500 requests, 16 at a time, round robin.
     let next = 0;
     let allowed = 0;
@@ -77,6 +77,10 @@ for (const n of [2, 4]) {
     const seconds = (performance.now() - burstStarted) / 1000;
     t.diagnostic(`${n} instances: burst ${allowed} of 1500 allowed in ${seconds.toFixed(2)} s (refill meanwhile ${Math.round(seconds * 100)})`);
     assert.ok(allowed >= 900, `${allowed} allowed`);
+    // What the bucket held when the burst began (its refill during the burst aside): all of it,
+    // where lost give-backs left it a few hundred short.
+    const refill = Math.ceil(seconds * 100);
+    assert.ok(allowed - refill >= 950, `${allowed} allowed, ${refill} of them refilled during the burst`);
     // The bucket's 1000, its refill during the burst, and at most a second of refill more (the
     // documented bound: leased tokens out while a full bucket refilled).
     assert.ok(allowed <= 1000 + 100 + Math.ceil(seconds * 100), `${allowed} allowed in ${seconds} s`);
@@ -90,6 +94,10 @@ test('a lease Redis would grant after the instance stopped waiting takes nothing
   const perch = await startPerch(t, yamlFor(redis, upstream.url, '{ capacity: 1000, refill_per_second: 0.01 }', 100));
   let admitted = await sequential(perch, 400);
   assert.equal(admitted, 400);
+  // Once its leases lapsed and went back (their records gone), the instance holds no token: each
+  // request during the freeze asks Redis for a lease, until the breaker opens.
+  const client = inspector(t, redis);
+  await waitFor(async () => !Object.keys(await client.hgetall('perch:rl:alpha')).some((f) => f.startsWith('l:')));
   redis.freeze();
   // Leases and takes sent now time out here and wait in Redis's socket; the memory buckets answer.
   const during = await sequential(perch, 39);
@@ -105,7 +113,9 @@ test('a lease Redis would grant after the instance stopped waiting takes nothing
     } else await sleep(50);
   }
   t.diagnostic(`admitted ${admitted} on a plan of 1000 (${during} while Redis was frozen)`);
-  assert.ok(admitted >= 950, `${admitted} admitted`);
+  // The issue's bound is 950; exact accounting loses nothing here (leases Redis would have
+  // granted late cost 41 tokens in this run when measured without the deadline).
+  assert.ok(admitted >= 990, `${admitted} admitted`);
   // The memory buckets answered the outage from the bucket as Redis last reported it, and what
   // they allowed was taken off the shared bucket once Redis answered again: never more than the plan.
   assert.ok(admitted <= 1000, `${admitted} admitted`);
