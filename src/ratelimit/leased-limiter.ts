@@ -31,8 +31,6 @@ export const REGISTRATION_MS = 3000;
 export const RECORD_MS = LEASE_LIFE_MS + 2000;
 
 interface Lease {
-  /** Its id in Redis's record of this instance's leases. */
-  readonly id: string;
   /** Leased tokens not spent yet. */
   tokens: number;
   /**
@@ -66,6 +64,8 @@ interface KeyLeases {
   want: number;
   /** When this instance last leased for the key (clock ms): whether its registration may stand. */
   leasedAt: number;
+  /** The lease Redis granted last, whose reserve its record holds. */
+  newest: Lease | undefined;
 }
 
 /**
@@ -94,9 +94,10 @@ interface KeyLeases {
  * reserve that it had not spent: less than a lease per key.
  *
  * Bounds, with `n` instances leasing from one bucket of capacity `C` refilling `r` a second:
- * - overspend: every token is spent within `LEASE_LIFE_MS` of leaving the bucket, and a token
- *   given back is one the bucket would have held, so in any window a client gets at most `r`
- *   (a second of refill) requests more than its plan allows, fleet-wide, whatever `n`;
+ * - overspend: every token is spent within `LEASE_LIFE_MS` of leaving the bucket, and a give-back
+ *   is clipped at capacity, so the only tokens beyond the plan are those on lease while a full
+ *   bucket refilled: in any window a client gets at most `r` (a second of refill) requests more
+ *   than its plan allows, fleet-wide, whatever `n`;
  * - early refusal: a request is refused while other instances hold tokens it could have had. An
  *   instance holds at most two leases (the one it spends and the one taken ahead), each at most
  *   `min(plan.lease, C / (2 n))`, so the others hold at most `(n - 1) / n` of `C`, and hold no
@@ -129,8 +130,6 @@ export class LeasedLimiter {
    * together. Settles true when Redis answered, false when the call failed (never rejects).
    */
   readonly #pending = new Map<string, Promise<boolean>>();
-  /** Ids of this instance's leases, one sequence for all keys. */
-  #leaseSeq = 0;
 
   constructor(redis: RedisLimiter, deps: { clock: Clock; timers: Timers; breakers: NodeBreakers; instance?: string }) {
     this.#redis = redis;
@@ -200,13 +199,11 @@ export class LeasedLimiter {
     const calls: Promise<void>[] = [];
     for (const [keyId, leases] of this.#keys.entries()) {
       let back = 0;
-      let newest = '';
       for (let lease = leases.lease; lease !== undefined; lease = lease.next) {
         lease.cancel();
         back += lease.tokens;
-        newest = lease.id;
       }
-      if (back > 0 || now - leases.leasedAt < REGISTRATION_MS) calls.push(this.#giveBack(keyId, leases.plan, back, newest, true));
+      if (back > 0 || now - leases.leasedAt < REGISTRATION_MS) calls.push(this.#giveBack(keyId, leases.plan, back, true, true));
     }
     this.#keys.clear();
     await Promise.all(calls);
@@ -229,18 +226,17 @@ export class LeasedLimiter {
 
   async #lease(keyId: string, plan: Plan): Promise<Verdict> {
     const leases = this.#leasesFor(keyId, plan);
-    const id = String(++this.#leaseSeq);
     const askedAt = this.#clock.now();
-    const { taken, tokens, reserve } = await this.#redis.lease(keyId, plan, leases.want, 1, this.#instance, REGISTRATION_MS, id, RECORD_MS);
+    const { taken, tokens, reserve } = await this.#redis.lease(keyId, plan, leases.want, 1, this.#instance, REGISTRATION_MS, RECORD_MS);
     if (this.#keys.get(keyId) !== leases) {
       // Dropped while Redis answered (evicted, or the plan changed): the request spends one, the rest goes back.
-      if (taken > 1) void this.#giveBack(keyId, plan, taken - 1, id, false);
+      if (taken > 1) void this.#giveBack(keyId, plan, taken - 1, true, false);
       return { plan, allowed: taken > 0, tokens };
     }
     this.#answered(leases);
     if (taken === 0) return { plan, allowed: false, tokens };
     leases.want = Math.min(plan.lease, 2 * taken);
-    const lease = this.#newLease(keyId, leases, id, askedAt, taken, tokens, reserve, taken - 1);
+    const lease = this.#newLease(keyId, leases, askedAt, taken, tokens, reserve, taken - 1);
     leases.lease = lease;
     // A small lease (while a key's leases grow) is at its low water at once: the next request
     // finds the next lease there rather than asking Redis itself.
@@ -256,7 +252,7 @@ export class LeasedLimiter {
     const current = this.#keys.get(keyId);
     if (current !== undefined && current.plan === plan) return current;
     if (current !== undefined) this.#lapseAll(keyId, current, plan);
-    const fresh: KeyLeases = { plan, lease: undefined, want: 1, leasedAt: this.#clock.now() };
+    const fresh: KeyLeases = { plan, lease: undefined, want: 1, leasedAt: this.#clock.now(), newest: undefined };
     this.#keys.set(keyId, fresh);
     return fresh;
   }
@@ -264,6 +260,7 @@ export class LeasedLimiter {
   /** A call for the key was answered: Redis's record now holds no earlier lease's reserve. */
   #answered(leases: KeyLeases): void {
     for (let lease = leases.lease; lease !== undefined; lease = lease.next) lease.reserve = 0;
+    leases.newest = undefined;
   }
 
   /**
@@ -271,11 +268,12 @@ export class LeasedLimiter {
    * them still to spend, `reserve` on Redis's record. Its life counts from when it was asked for,
    * before Redis granted it: this instance stops spending it before Redis could reclaim any of it.
    */
-  #newLease(keyId: string, leases: KeyLeases, id: string, askedAt: number, taken: number, shared: number, reserve: number, tokens = taken): Lease {
+  #newLease(keyId: string, leases: KeyLeases, askedAt: number, taken: number, shared: number, reserve: number, tokens = taken): Lease {
     const now = this.#clock.now();
     leases.leasedAt = now;
     const life = Math.max(0, askedAt + LEASE_LIFE_MS - now);
-    const lease: Lease = { id, tokens, taken, shared, reserve: Math.min(reserve, tokens), expiresAt: askedAt + LEASE_LIFE_MS, cancel: () => {} };
+    const lease: Lease = { tokens, taken, shared, reserve: Math.min(reserve, tokens), expiresAt: askedAt + LEASE_LIFE_MS, cancel: () => {} };
+    leases.newest = lease;
     if (tokens > 0) lease.cancel = this.#timers.after(life, () => this.#lapse(keyId, leases, lease));
     return lease;
   }
@@ -293,20 +291,19 @@ export class LeasedLimiter {
     const breaker = this.#breakers.for(this.#redis.redisKey(keyId));
     if (!breaker.allow()) return;
     const { plan } = leases;
-    const id = String(++this.#leaseSeq);
     const askedAt = this.#clock.now();
-    const leasing = this.#redis.lease(keyId, plan, leases.want, 0, this.#instance, REGISTRATION_MS, id, RECORD_MS).then(
+    const leasing = this.#redis.lease(keyId, plan, leases.want, 0, this.#instance, REGISTRATION_MS, RECORD_MS).then(
       ({ taken, tokens, reserve }) => {
         breaker.success();
         if (this.#keys.get(keyId) !== leases) {
-          if (taken > 0) void this.#giveBack(keyId, plan, taken, id, false);
+          if (taken > 0) void this.#giveBack(keyId, plan, taken, true, false);
           return true;
         }
         this.#answered(leases);
         // Redis answered, even with nothing: the requests that waited ask it themselves.
         if (taken === 0) return true;
         leases.want = Math.min(plan.lease, 2 * taken);
-        const ahead = this.#newLease(keyId, leases, id, askedAt, taken, tokens, reserve);
+        const ahead = this.#newLease(keyId, leases, askedAt, taken, tokens, reserve);
         if (leases.lease === undefined) leases.lease = ahead;
         else {
           let last = leases.lease;
@@ -341,7 +338,12 @@ export class LeasedLimiter {
     leases.want = Math.max(1, lease.taken - lease.tokens);
     lease.tokens = 0;
     lease.reserve = 0;
-    void this.#giveBack(keyId, plan, back, lease.id, false);
+    // The newest lease: Redis's record is this lease's, and goes. (Were a later call on its way
+    // and answered first, its record goes too: a record missing loses tokens only should this
+    // instance die, one left in place would hand them out twice.)
+    const newest = leases.newest === lease;
+    if (newest) leases.newest = undefined;
+    void this.#giveBack(keyId, plan, back, newest, false);
   }
 
   /** Gives back every lease of the key, clipped at `plan`'s capacity (the new plan on a reload). */
@@ -350,10 +352,10 @@ export class LeasedLimiter {
     leases.lease = undefined;
   }
 
-  #giveBack(keyId: string, plan: Plan, tokens: number, lease: string, leaving: boolean): Promise<void> {
+  #giveBack(keyId: string, plan: Plan, tokens: number, newest: boolean, leaving: boolean): Promise<void> {
     const breaker = this.#breakers.for(this.#redis.redisKey(keyId));
     if (!breaker.allow()) return Promise.resolve();
-    return this.#redis.giveBack(keyId, plan, tokens, this.#instance, lease, leaving).then(
+    return this.#redis.giveBack(keyId, plan, tokens, this.#instance, newest, leaving).then(
       () => breaker.success(),
       () => breaker.failure(),
     );

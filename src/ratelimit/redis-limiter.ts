@@ -24,18 +24,20 @@ import type { BucketLimiter, Plan, Verdict } from './token-bucket.js';
  *
  * Lease records. A lease of `taken` tokens keeps `reserve` = min(taken - need, ceil(taken / 4))
  * of them (its last quarter) that the instance spends only once it has sent its next call for the
- * key. Field `l:<instance>:<lease>:<reserve>` records that promise until `hold` ms from now; the
- * instance's next lease call replaces it, and giving that lease back (`lease` = its id) removes
+ * key. Field `l:<instance>:<reserve>` records that promise until `hold` ms from now; the
+ * instance's next lease call replaces it, and giving its newest lease back (`clear` 1) removes
  * it. A record that lapses (its instance died, or Redis never heard from it again) is reclaimed
  * by whichever call finds it: its reserve goes back into the bucket, and a tombstone
- * `z:<instance>:<lease>:<reserve>` lets a give-back that arrives after all take the reclaimed
- * part off what it returns. Field values are all lapse times, so older perch versions that read
- * the hash count them as instances for a while, then drop them.
+ * `z:<instance>:<reserve>` lets that instance's give-back, should it come after all, take the
+ * reclaimed part off what it returns. Field values are all lapse times, so older perch versions
+ * that read the hash count them as instances for a while, then drop them. Under steady traffic
+ * the record keeps its name (the same reserve), and every write goes in one HSET: a lease costs
+ * Redis the same commands as before records existed.
  * `give` unspent tokens come back first, exactly, up to capacity; a negative `give` takes off
  * what the instance allowed from its memory bucket while Redis did not answer (down to empty).
  *
  * KEYS[1] bucket; ARGV capacity, tokens per millisecond, want, need, give, instance, register,
- * deadline, lease, hold. Returns allowed (0/1, -1 past the deadline), the tokens left, the tokens
+ * deadline, clear, hold. Returns allowed (0/1, -1 past the deadline), the tokens left, the tokens
  * taken, Redis's time (ms) and the reserve recorded.
  */
 const TAKE_SCRIPT = `
@@ -48,7 +50,7 @@ local instance = ARGV[6]
 local me = 'i:' .. instance
 local register = tonumber(ARGV[7])
 local deadline = tonumber(ARGV[8])
-local lease = ARGV[9]
+local clear = ARGV[9] == '1'
 local hold = tonumber(ARGV[10])
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -62,6 +64,9 @@ local fleet = 0
 local live_until = now
 local reclaimed = 0
 local own_record = nil
+local mine = nil
+local gone = {}
+local writes = {}
 for i = 1, #state, 2 do
   local field = state[i]
   local value = state[i + 1]
@@ -69,47 +74,42 @@ for i = 1, #state, 2 do
     tokens = tonumber(value)
   elseif field == 'at' then
     at = tonumber(value)
+  elseif field == me then
+    mine = tonumber(value)
   else
     local lapses = tonumber(value) or 0
     local kind = string.sub(field, 1, 2)
     if kind == 'l:' or kind == 'z:' then
-      local holder, id, reserve = string.match(field, '^..([^:]*):([^:]*):([^:]*)$')
+      local holder, reserve = string.match(field, '^..([^:]*):([^:]*)$')
+      reserve = tonumber(reserve) or 0
       if holder == instance and instance ~= '' then
         if kind == 'l:' then
-          if id == lease and hold == 0 then
-            redis.call('HDEL', KEYS[1], field)
-          elseif hold > 0 then
-            redis.call('HDEL', KEYS[1], field)
-          else
-            own_record = field
-            live_until = math.max(live_until, lapses)
-          end
-        elseif id == lease and hold == 0 then
-          give = math.max(0, give - (tonumber(reserve) or 0))
-          redis.call('HDEL', KEYS[1], field)
+          own_record = field
+          if hold == 0 and not clear and register ~= 0 then live_until = math.max(live_until, lapses) end
+        elseif clear then
+          give = math.max(0, give - reserve)
+          gone[#gone + 1] = field
         elseif lapses <= now then
-          redis.call('HDEL', KEYS[1], field)
+          gone[#gone + 1] = field
         else
           live_until = math.max(live_until, lapses)
         end
       elseif lapses <= now then
-        redis.call('HDEL', KEYS[1], field)
-        if kind == 'l:' and (tonumber(reserve) or 0) > 0 then
-          reclaimed = reclaimed + tonumber(reserve)
-          local tombstone = 'z:' .. holder .. ':' .. id .. ':' .. reserve
-          redis.call('HSET', KEYS[1], tombstone, string.format('%d', now + 10000))
+        gone[#gone + 1] = field
+        if kind == 'l:' and reserve > 0 then
+          reclaimed = reclaimed + reserve
+          writes[#writes + 1] = 'z:' .. holder .. ':' .. reserve
+          writes[#writes + 1] = string.format('%d', now + 10000)
           live_until = math.max(live_until, now + 10000)
         end
       else
         live_until = math.max(live_until, lapses)
       end
-    elseif field ~= me then
-      if lapses > now then
-        fleet = fleet + 1
-        live_until = math.max(live_until, lapses)
-      else
-        redis.call('HDEL', KEYS[1], field)
-      end
+    elseif lapses > now then
+      fleet = fleet + 1
+      live_until = math.max(live_until, lapses)
+    else
+      gone[#gone + 1] = field
     end
   end
 end
@@ -121,15 +121,14 @@ end
 tokens = math.max(0, math.min(capacity, tokens + reclaimed + give))
 if instance ~= '' then
   if register > 0 then
-    redis.call('HSET', KEYS[1], me, string.format('%d', now + register))
+    writes[#writes + 1] = me
+    writes[#writes + 1] = string.format('%d', now + register)
     live_until = math.max(live_until, now + register)
     fleet = fleet + 1
   elseif register == 0 then
-    redis.call('HDEL', KEYS[1], me)
-    if own_record ~= nil then redis.call('HDEL', KEYS[1], own_record) end
-  else
-    local mine = tonumber(redis.call('HGET', KEYS[1], me))
-    if mine ~= nil and mine > now then live_until = math.max(live_until, mine) end
+    if mine ~= nil then gone[#gone + 1] = me end
+  elseif mine ~= nil and mine > now then
+    live_until = math.max(live_until, mine)
   end
 end
 local allowed = 0
@@ -141,19 +140,24 @@ if tokens + 1e-9 >= need then
   taken = math.min(want, share, math.floor(tokens + 1e-9))
   tokens = math.max(0, tokens - taken)
 end
+local record = nil
 if hold > 0 and instance ~= '' then
   reserve = math.min(math.max(0, taken - need), math.ceil(taken / 4))
   if reserve > 0 then
-    redis.call('HSET', KEYS[1], 'l:' .. instance .. ':' .. lease .. ':' .. reserve, string.format('%d', now + hold))
+    record = 'l:' .. instance .. ':' .. reserve
+    writes[#writes + 1] = record
+    writes[#writes + 1] = string.format('%d', now + hold)
     live_until = math.max(live_until, now + hold)
   end
 end
+if own_record ~= nil and own_record ~= record and (hold > 0 or clear or register == 0) then gone[#gone + 1] = own_record end
+if #gone > 0 then redis.call('HDEL', KEYS[1], unpack(gone)) end
 local ms_to_full = math.ceil((capacity - tokens) / per_ms)
 local keep = math.max(ms_to_full, live_until - now)
 if keep <= 0 then
   redis.call('DEL', KEYS[1])
 else
-  redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens), 'at', string.format('%d', now))
+  redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens), 'at', string.format('%d', now), unpack(writes))
   redis.call('PEXPIRE', KEYS[1], keep)
 end
 return {allowed, string.format('%.17g', tokens), taken, string.format('%d', now), reserve}
@@ -164,7 +168,7 @@ const COMMAND = 'perchTakeToken';
 type Reply = [allowed: number, tokens: string, taken: number, redisNow: string, reserve: number];
 
 interface WithTakeCommand {
-  [COMMAND](key: string, capacity: number, perMs: string, want: number, need: number, give: number, instance: string, register: number, deadline: number, lease: string, hold: number): Promise<Reply>;
+  [COMMAND](key: string, capacity: number, perMs: string, want: number, need: number, give: number, instance: string, register: number, deadline: number, clear: string, hold: number): Promise<Reply>;
 }
 
 /** The memory buckets that insure the shared ones (memory-limiter.ts). */
@@ -223,23 +227,24 @@ export class RedisLimiter implements BucketLimiter {
   /**
    * Takes up to `want` whole tokens for `instance` (fewer when other instances lease too: see the
    * script) and the tokens left after, registering the instance as one that leases for
-   * `registerMs`, and recording the lease's reserve as lease `lease` for `holdMs`. `need` 1: a
+   * `registerMs`, and recording the lease's reserve for `holdMs`. `need` 1: a
    * request waits for it, so it gets a token while one is there; 0: a lease taken ahead, which
    * gets nothing once the instance's share rounds to no token. Rejects when Redis fails, or would
    * have answered after this instance stopped waiting (then it took nothing).
    */
-  async lease(keyId: string, plan: Plan, want: number, need: 0 | 1, instance: string, registerMs: number, lease: string, holdMs: number): Promise<LeaseAnswer> {
-    const [, tokens, taken, , reserve] = await this.#run(keyId, plan, want, need, 0, instance, registerMs, true, lease, holdMs);
+  async lease(keyId: string, plan: Plan, want: number, need: 0 | 1, instance: string, registerMs: number, holdMs: number): Promise<LeaseAnswer> {
+    const [, tokens, taken, , reserve] = await this.#run(keyId, plan, want, need, 0, instance, registerMs, true, '', holdMs);
     return { taken, tokens: Number(tokens), reserve };
   }
 
   /**
-   * Puts `tokens` unspent tokens of lease `lease` back, exactly, up to capacity (less what Redis
-   * already reclaimed of it, see the script); `leaving`: the instance stops, so it no longer
-   * counts among those that lease. No deadline: tokens that come back late still come back.
+   * Puts `tokens` unspent leased tokens back, exactly, up to capacity; `newest`: they include the
+   * instance's newest lease, whose record goes (less what Redis already reclaimed of it, see the
+   * script); `leaving`: the instance stops, so it no longer counts among those that lease. No
+   * deadline: tokens that come back late still come back.
    */
-  async giveBack(keyId: string, plan: Plan, tokens: number, instance: string, lease: string, leaving: boolean): Promise<void> {
-    await this.#run(keyId, plan, 0, 0, tokens, instance, leaving ? 0 : -1, false, lease, 0);
+  async giveBack(keyId: string, plan: Plan, tokens: number, instance: string, newest: boolean, leaving: boolean): Promise<void> {
+    await this.#run(keyId, plan, 0, 0, tokens, instance, leaving ? 0 : -1, false, newest ? '1' : '', 0);
   }
 
   /** The Redis key of a key's bucket: what decides which cluster node holds it. */
@@ -253,7 +258,7 @@ export class RedisLimiter implements BucketLimiter {
    * clock offset that was off (another cluster node, a clock step): it is run once more on the
    * offset that answer showed.
    */
-  async #run(keyId: string, plan: Plan, want: number, need: number, give: number, instance: string, register: number, deadline: boolean, lease: string, hold: number): Promise<Reply> {
+  async #run(keyId: string, plan: Plan, want: number, need: number, give: number, instance: string, register: number, deadline: boolean, clear: string, hold: number): Promise<Reply> {
     if (!this.#everReady && !this.#connectionFailed) await this.#awaitFirstConnection();
     const perMs = String(plan.refillPerSecond / 1000);
     // What memory allowed while Redis failed goes with a call Redis runs at most once: one with a deadline.
@@ -262,7 +267,7 @@ export class RedisLimiter implements BucketLimiter {
       for (let attempt = 0; ; attempt++) {
         const sent = performance.now();
         const at = deadline && this.#offset !== undefined ? Math.floor(sent + this.#offset + this.#timeoutMs) : 0;
-        const reply = await this.#client[COMMAND](this.redisKey(keyId), plan.capacity, perMs, want, need, give - owed, instance, register, at, lease, hold);
+        const reply = await this.#client[COMMAND](this.redisKey(keyId), plan.capacity, perMs, want, need, give - owed, instance, register, at, clear, hold);
         this.#learnOffset(Number(reply[3]) - performance.now(), reply[0] === -1);
         if (reply[0] === -1) {
           if (attempt === 0) continue;
