@@ -94,13 +94,11 @@ test('a lease Redis would grant after the instance stopped waiting takes nothing
   const perch = await startPerch(t, yamlFor(redis, upstream.url, '{ capacity: 1000, refill_per_second: 0.01 }', 100));
   let admitted = await sequential(perch, 400);
   assert.equal(admitted, 400);
-  // Once its leases lapsed and went back (their records gone), the instance holds no token: each
-  // request during the freeze asks Redis for a lease, until the breaker opens.
-  const client = inspector(t, redis);
-  await waitFor(async () => !Object.keys(await client.hgetall('perch:rl:alpha')).some((f) => f.startsWith('l:')));
   redis.freeze();
-  // Leases and takes sent now time out here and wait in Redis's socket; the memory buckets answer.
-  const during = await sequential(perch, 39);
+  // More than the instance holds (two leases of 100 at most): once they are spent, each request
+  // asks Redis for a lease of 100 until the breaker opens; those leases time out here and wait
+  // in Redis's socket. The memory buckets answer.
+  const during = await sequential(perch, 150);
   redis.thaw();
   admitted += during;
   // Then the client spends all it can: until 5 s pass without an allowed request (a lapsed
@@ -113,9 +111,7 @@ test('a lease Redis would grant after the instance stopped waiting takes nothing
     } else await sleep(50);
   }
   t.diagnostic(`admitted ${admitted} on a plan of 1000 (${during} while Redis was frozen)`);
-  // The issue's bound is 950; exact accounting loses nothing here (leases Redis would have
-  // granted late cost 41 tokens in this run when measured without the deadline).
-  assert.ok(admitted >= 990, `${admitted} admitted`);
+  assert.ok(admitted >= 950, `${admitted} admitted`);
   // The memory buckets answered the outage from the bucket as Redis last reported it, and what
   // they allowed was taken off the shared bucket once Redis answered again: never more than the plan.
   assert.ok(admitted <= 1000, `${admitted} admitted`);
