@@ -3,7 +3,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { Redis } from 'ioredis';
-import { KEY, startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
+import { KEY, OTHER_KEY, startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
 import { spawnPerch } from './helpers/perch-process.js';
 import { withPlan } from './helpers/plans.js';
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
@@ -27,9 +27,9 @@ function inspector(t: TestContext, redis: TestRedis): Redis {
   return client;
 }
 
-/** One GET with the test key: its status. */
-async function get(url: string): Promise<number> {
-  const res = await fetch(`${url}/v1/users/1`, { headers: { 'x-api-key': KEY } });
+/** One GET with the test key (or `key`): its status. */
+async function get(url: string, key = KEY): Promise<number> {
+  const res = await fetch(`${url}/v1/users/1`, { headers: { 'x-api-key': key } });
   await res.arrayBuffer();
   return res.status;
 }
@@ -101,6 +101,12 @@ test('a lease Redis would grant after the instance stopped waiting takes nothing
   const during = await sequential(perch, 150);
   redis.thaw();
   admitted += during;
+  // The client waits until Redis decides again (the other key's requests find it back), so what
+  // it gets next is what the shared bucket kept, not what this instance's memory bucket allows.
+  await waitFor(async () => {
+    await get(perch.url, OTHER_KEY);
+    return perch.logs.text().includes('rate limits: Redis answers again');
+  }, 10_000);
   // Then the client spends all it can: until 5 s pass without an allowed request (a lapsed
   // lease's tokens come back within 1 s, a lease record within 3 s).
   let last = performance.now();
