@@ -33,12 +33,20 @@ import type { BucketLimiter, Plan, Verdict } from './token-bucket.js';
  * that read the hash count them as instances for a while, then drop them. Under steady traffic
  * the record keeps its name (the same reserve), and every write goes in one HSET: a lease costs
  * Redis the same commands as before records existed.
+ * Outcome records. A lease call (`seq` > 0) leaves field `o:<instance>` = "<lapse> <seq> <taken>
+ * <give> <reserve>" for 10 s, in the same HSET. A call the instance gave up on (its answer came
+ * after the command timeout: a deadline reckoned on an offset that was low by the answer's own
+ * delay still lets such a script run) is listed in `abandoned` with the key's next lease call;
+ * if the record shows one of them ran, what it took comes back and what it charged is undone
+ * (the instance sends the debt again with this call), so nothing is taken that nobody holds.
+ * Calls on one connection run in order, so a call given up on has run, or never will, by then.
  * `give` unspent tokens come back first, exactly, up to capacity; a negative `give` takes off
  * what the instance allowed from its memory bucket while Redis did not answer (down to empty).
  *
  * KEYS[1] bucket; ARGV capacity, tokens per millisecond, want, need, give, instance, register,
- * deadline, clear, hold. Returns allowed (0/1, -1 past the deadline), the tokens left, the tokens
- * taken, Redis's time (ms) and the reserve recorded.
+ * deadline, clear, hold, seq (0: no outcome record), abandoned (seqs, comma-separated). Returns
+ * allowed (0/1, -1 past the deadline), the tokens left, the tokens taken, Redis's time (ms) and
+ * the reserve recorded.
  */
 const TAKE_SCRIPT = `
 local capacity = tonumber(ARGV[1])
@@ -46,12 +54,16 @@ local per_ms = tonumber(ARGV[2])
 local want = tonumber(ARGV[3])
 local need = tonumber(ARGV[4])
 local give = tonumber(ARGV[5])
+local give_sent = give
 local instance = ARGV[6]
 local me = 'i:' .. instance
 local register = tonumber(ARGV[7])
 local deadline = tonumber(ARGV[8])
 local clear = ARGV[9] == '1'
 local hold = tonumber(ARGV[10])
+local seq = ARGV[11]
+local abandoned = ',' .. ARGV[12] .. ','
+local outcome = 'o:' .. instance
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if deadline > 0 and now > deadline then
@@ -67,6 +79,9 @@ local own_record = nil
 local mine = nil
 local gone = {}
 local writes = {}
+local abandoned_taken = nil
+local abandoned_give = 0
+local abandoned_reserve = 0
 for i = 1, #state, 2 do
   local field = state[i]
   local value = state[i + 1]
@@ -76,6 +91,20 @@ for i = 1, #state, 2 do
     at = tonumber(value)
   elseif field == me then
     mine = tonumber(value)
+  elseif string.sub(field, 1, 2) == 'o:' then
+    local lapses, rseq, rtaken, rgive, rreserve = string.match(value, '^(%d+) (%d+) (%d+) (%-?[%d.]+) (%d+)$')
+    lapses = tonumber(lapses) or 0
+    if field == outcome and seq ~= '0' then
+      if rseq ~= nil and string.find(abandoned, ',' .. rseq .. ',', 1, true) then
+        abandoned_taken = tonumber(rtaken)
+        abandoned_give = tonumber(rgive)
+        abandoned_reserve = tonumber(rreserve)
+      end
+    elseif lapses <= now then
+      gone[#gone + 1] = field
+    else
+      live_until = math.max(live_until, lapses)
+    end
   else
     local lapses = tonumber(value) or 0
     local kind = string.sub(field, 1, 2)
@@ -118,6 +147,17 @@ if tokens == nil or at == nil then
 else
   tokens = math.min(capacity, tokens + math.max(0, now - at) * per_ms)
 end
+if abandoned_taken ~= nil then
+  -- A call this instance gave up on ran after all: what it took comes back, and what it charged
+  -- (the instance sends it again with this call) is undone. Its reserve is the record this call
+  -- replaces, or was reclaimed already when that record lapsed.
+  local refund = abandoned_taken - abandoned_give
+  if abandoned_reserve > 0 and own_record ~= 'l:' .. instance .. ':' .. abandoned_reserve then
+    refund = refund - abandoned_reserve
+    gone[#gone + 1] = 'z:' .. instance .. ':' .. abandoned_reserve
+  end
+  give = give + math.max(0, refund)
+end
 tokens = math.max(0, math.min(capacity, tokens + reclaimed + give))
 if instance ~= '' then
   if register > 0 then
@@ -150,6 +190,11 @@ if hold > 0 and instance ~= '' then
     live_until = math.max(live_until, now + hold)
   end
 end
+if seq ~= '0' then
+  writes[#writes + 1] = outcome
+  writes[#writes + 1] = string.format('%d %s %d %s %d', now + 10000, seq, taken, string.format('%.17g', give_sent), reserve)
+  live_until = math.max(live_until, now + 10000)
+end
 if own_record ~= nil and own_record ~= record and (hold > 0 or clear or register == 0) then gone[#gone + 1] = own_record end
 if #gone > 0 then redis.call('HDEL', KEYS[1], unpack(gone)) end
 local ms_to_full = math.ceil((capacity - tokens) / per_ms)
@@ -165,10 +210,14 @@ return {allowed, string.format('%.17g', tokens), taken, string.format('%d', now)
 
 const COMMAND = 'perchTakeToken';
 
+/** Lease calls given up on that a key's next call can still undo, and keys that remember them. */
+const MAX_ABANDONED = 16;
+const MAX_ABANDONED_KEYS = 10_000;
+
 type Reply = [allowed: number, tokens: string, taken: number, redisNow: string, reserve: number];
 
 interface WithTakeCommand {
-  [COMMAND](key: string, capacity: number, perMs: string, want: number, need: number, give: number, instance: string, register: number, deadline: number, clear: string, hold: number): Promise<Reply>;
+  [COMMAND](key: string, capacity: number, perMs: string, want: number, need: number, give: number, instance: string, register: number, deadline: number, clear: string, hold: number, seq: number, abandoned: string): Promise<Reply>;
 }
 
 /** The memory buckets that insure the shared ones (memory-limiter.ts). */
@@ -206,6 +255,10 @@ export class RedisLimiter implements BucketLimiter {
   #offset: number | undefined;
   /** When `#offset` was last set from one answer alone (monotonic ms), see `#learnOffset`. */
   #offsetSince = 0;
+  /** Sequence number of this instance's last lease call, for its outcome record. */
+  #seq = 0;
+  /** Per key, the lease calls given up on since its last answered one (see `#abandon`). */
+  readonly #abandoned = new Map<string, number[]>();
 
   constructor(client: RedisClient, options: { prefix: string; commandTimeoutMs: number; insurance?: Insurance }) {
     // defineCommand sends EVALSHA and falls back to EVAL when Redis does not know the script
@@ -263,16 +316,27 @@ export class RedisLimiter implements BucketLimiter {
     const perMs = String(plan.refillPerSecond / 1000);
     // What memory allowed while Redis failed goes with a call Redis runs at most once: one with a deadline.
     const owed = deadline ? (this.#insurance?.claim(keyId) ?? 0) : 0;
+    const recorded = deadline && instance !== '';
     try {
       for (let attempt = 0; ; attempt++) {
         const sent = performance.now();
         const at = deadline && this.#offset !== undefined ? Math.floor(sent + this.#offset + this.#timeoutMs) : 0;
-        const reply = await this.#client[COMMAND](this.redisKey(keyId), plan.capacity, perMs, want, need, give - owed, instance, register, at, clear, hold);
+        const seq = recorded ? ++this.#seq : 0;
+        const abandoned = recorded ? this.#abandoned.get(keyId) : undefined;
+        let reply: Reply;
+        try {
+          reply = await this.#client[COMMAND](this.redisKey(keyId), plan.capacity, perMs, want, need, give - owed, instance, register, at, clear, hold, seq, abandoned?.join(',') ?? '');
+        } catch (error) {
+          if (recorded) this.#abandon(keyId, abandoned, seq);
+          throw error;
+        }
         this.#learnOffset(Number(reply[3]) - performance.now(), reply[0] === -1);
         if (reply[0] === -1) {
+          // Refused: it ran nothing, not even the reconciliation, so the calls given up on stay listed.
           if (attempt === 0) continue;
           throw new Error('rate limits: Redis answered past the deadline');
         }
+        if (abandoned !== undefined) this.#abandoned.delete(keyId);
         this.#insurance?.seed(keyId, plan, Number(reply[1]));
         return reply;
       }
@@ -280,6 +344,19 @@ export class RedisLimiter implements BucketLimiter {
       if (owed !== 0) this.#insurance!.unclaim(keyId, owed);
       throw error;
     }
+  }
+
+  /**
+   * A call given up on (it failed or timed out here) may still have run in Redis: a deadline
+   * reckoned on an offset that was low by the answer's own delay lets a script run whose answer
+   * then arrives after the command timeout. Its sequence number goes with the key's next call,
+   * which undoes it in Redis should the key's outcome record show it ran (see the script).
+   */
+  #abandon(keyId: string, earlier: number[] | undefined, seq: number): void {
+    const list = earlier === undefined ? [seq] : [...earlier.slice(-(MAX_ABANDONED - 1)), seq];
+    this.#abandoned.delete(keyId);
+    this.#abandoned.set(keyId, list);
+    if (this.#abandoned.size > MAX_ABANDONED_KEYS) this.#abandoned.delete(this.#abandoned.keys().next().value!);
   }
 
   /**
