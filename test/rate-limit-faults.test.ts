@@ -154,6 +154,38 @@ test('a lease whose answer came after the timeout, yet ran in Redis, is undone b
   assert.ok(admitted <= 1000, `${admitted} admitted`);
 });
 
+test('a lease that lapses while the breaker is open (another key failed) gives its tokens back once Redis answers', { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  onCleanup(t, () => redis.thaw());
+  const upstream = await startUpstream(t, sampleProvider);
+  const perch = await startPerch(t, yamlFor(redis, upstream.url, '{ capacity: 1000, refill_per_second: 0.01 }', 100));
+  // The client holds a lease with tokens unspent; then Redis freezes and another key's calls
+  // time out, which opens the breaker (one per Redis node, not per key) before the lease lapses.
+  let admitted = await sequential(perch, 200);
+  assert.equal(admitted, 200);
+  redis.freeze();
+  let other = 0;
+  while (!perch.logs.text().includes('falling back to per-instance memory buckets') || other < 10) {
+    await get(perch.url, OTHER_KEY);
+    other++;
+  }
+  await sleep(1500);
+  redis.thaw();
+  await waitFor(async () => {
+    await get(perch.url, OTHER_KEY);
+    return perch.logs.text().includes('rate limits: Redis answers again');
+  }, 10_000);
+  let last = performance.now();
+  while (performance.now() - last < 5000) {
+    if ((await get(perch.url)) === 200) {
+      admitted++;
+      last = performance.now();
+    } else await sleep(50);
+  }
+  t.diagnostic(`admitted ${admitted} on a plan of 1000`);
+  assert.equal(admitted, 1000);
+});
+
 test('the memory fallback carries on from the bucket as Redis last reported it, not from a full one', { timeout: 60_000 }, async (t) => {
   const redis = await startRedis(t);
   onCleanup(t, () => redis.thaw());

@@ -335,6 +335,7 @@ export class LeasedLimiter {
     lease.cancel();
     if (lease.tokens <= 0) return;
     const back = lease.tokens;
+    const reserve = lease.reserve;
     leases.want = Math.max(1, lease.taken - lease.tokens);
     lease.tokens = 0;
     lease.reserve = 0;
@@ -343,7 +344,7 @@ export class LeasedLimiter {
     // instance die, one left in place would hand them out twice.)
     const newest = leases.newest === lease;
     if (newest) leases.newest = undefined;
-    void this.#giveBack(keyId, plan, back, newest, false);
+    void this.#giveBack(keyId, plan, back, newest, false, newest ? reserve : 0);
   }
 
   /** Gives back every lease of the key, clipped at `plan`'s capacity (the new plan on a reload). */
@@ -352,9 +353,18 @@ export class LeasedLimiter {
     leases.lease = undefined;
   }
 
-  #giveBack(keyId: string, plan: Plan, tokens: number, newest: boolean, leaving: boolean): Promise<void> {
+  /**
+   * `recorded`: of `tokens`, those Redis holds on record (the newest lease's reserve). A give-back
+   * the breaker keeps from Redis is not lost: it goes with the key's next call that Redis answers,
+   * as what memory allowed does, and that call takes off the reserve should the record have lapsed
+   * and been reclaimed meanwhile (see redis-limiter.ts).
+   */
+  #giveBack(keyId: string, plan: Plan, tokens: number, newest: boolean, leaving: boolean, recorded = 0): Promise<void> {
     const breaker = this.#breakers.for(this.#redis.redisKey(keyId));
-    if (!breaker.allow()) return Promise.resolve();
+    if (!breaker.allow()) {
+      if (!leaving) this.#redis.credit(keyId, tokens, recorded > 0);
+      return Promise.resolve();
+    }
     return this.#redis.giveBack(keyId, plan, tokens, this.#instance, newest, leaving).then(
       () => breaker.success(),
       () => breaker.failure(),

@@ -59,6 +59,7 @@ export class MemoryLimiter implements BucketLimiter {
     return owed;
   }
 
+  /** Also takes a credit (negative): leased tokens whose give-back could not be sent. */
   unclaim(keyId: string, tokens: number): void {
     const state = this.#buckets.peek(keyId);
     if (state !== undefined) state.owed = (state.owed ?? 0) + tokens;

@@ -115,6 +115,9 @@ for i = 1, #state, 2 do
         if kind == 'l:' then
           own_record = field
           if hold == 0 and not clear and register ~= 0 then live_until = math.max(live_until, lapses) end
+        elseif clear and hold > 0 then
+          give = give - reserve
+          gone[#gone + 1] = field
         elseif clear then
           give = math.max(0, give - reserve)
           gone[#gone + 1] = field
@@ -156,7 +159,7 @@ if abandoned_taken ~= nil then
     refund = refund - abandoned_reserve
     gone[#gone + 1] = 'z:' .. instance .. ':' .. abandoned_reserve
   end
-  give = give + math.max(0, refund)
+  give = give + refund
 end
 tokens = math.max(0, math.min(capacity, tokens + reclaimed + give))
 if instance ~= '' then
@@ -259,6 +262,8 @@ export class RedisLimiter implements BucketLimiter {
   #seq = 0;
   /** Per key, the lease calls given up on since its last answered one (see `#abandon`). */
   readonly #abandoned = new Map<string, number[]>();
+  /** Keys whose next lease call carries a credit that includes a recorded reserve (`credit`). */
+  readonly #clearNext = new Set<string>();
 
   constructor(client: RedisClient, options: { prefix: string; commandTimeoutMs: number; insurance?: Insurance }) {
     // defineCommand sends EVALSHA and falls back to EVAL when Redis does not know the script
@@ -300,6 +305,17 @@ export class RedisLimiter implements BucketLimiter {
     await this.#run(keyId, plan, 0, 0, tokens, instance, leaving ? 0 : -1, false, newest ? '1' : '', 0);
   }
 
+  /**
+   * Unspent leased tokens that could not be given back (the breaker was open): they go with the
+   * key's next call that Redis answers, like a debt the other way. `recorded`: they include the
+   * newest lease's reserve, so that call clears the instance's record as a give-back would.
+   */
+  credit(keyId: string, tokens: number, recorded: boolean): void {
+    if (this.#insurance === undefined) return;
+    this.#insurance.unclaim(keyId, -tokens);
+    if (recorded) this.#clearNext.add(keyId);
+  }
+
   /** The Redis key of a key's bucket: what decides which cluster node holds it. */
   redisKey(keyId: string): string {
     return this.#prefix + keyId;
@@ -317,6 +333,8 @@ export class RedisLimiter implements BucketLimiter {
     // What memory allowed while Redis failed goes with a call Redis runs at most once: one with a deadline.
     const owed = deadline ? (this.#insurance?.claim(keyId) ?? 0) : 0;
     const recorded = deadline && instance !== '';
+    const clearing = recorded && this.#clearNext.has(keyId);
+    if (clearing) clear = '1';
     try {
       for (let attempt = 0; ; attempt++) {
         const sent = performance.now();
@@ -337,6 +355,7 @@ export class RedisLimiter implements BucketLimiter {
           throw new Error('rate limits: Redis answered past the deadline');
         }
         if (abandoned !== undefined) this.#abandoned.delete(keyId);
+        if (clearing) this.#clearNext.delete(keyId);
         this.#insurance?.seed(keyId, plan, Number(reply[1]));
         return reply;
       }
