@@ -33,8 +33,9 @@ import type { BucketLimiter, Plan, Verdict } from './token-bucket.js';
  * that read the hash count them as instances for a while, then drop them. Under steady traffic
  * the record keeps its name (the same reserve), and every write goes in one HSET: a lease costs
  * Redis the same commands as before records existed.
- * Outcome records. A lease call (`seq` > 0) leaves field `o:<instance>` = "<lapse> <seq> <taken>
- * <give> <reserve>" for 10 s, in the same HSET. A call the instance gave up on (its answer came
+ * Outcome records. A lease call (`seq` > 0) leaves field `o:<instance>` for 10 s, in the same
+ * HSET: its lapse time, and after the decimal point its seq, taken, give and reserve (see
+ * `read_outcome`), so that older versions read a lapse time there too. A call the instance gave up on (its answer came
  * after the command timeout: a deadline reckoned on an offset that was low by the answer's own
  * delay still lets such a script run) is listed in `abandoned` with the key's next lease call;
  * if the record shows one of them ran, what it took comes back and what it charged is undone
@@ -64,6 +65,25 @@ local hold = tonumber(ARGV[10])
 local seq = ARGV[11]
 local abandoned = ',' .. ARGV[12] .. ','
 local outcome = 'o:' .. instance
+-- An outcome record's value: its lapse time, '.', the sign of its give, then seq, taken, |give|
+-- and reserve, each as two digits of length and its digits. A number still, for older versions.
+local function pack(n)
+  local s = string.format('%d', n)
+  return string.format('%02d', string.len(s)) .. s
+end
+local function read_outcome(value)
+  local lapses, rest = string.match(value, '^(%d+)%.(%d+)$')
+  if rest == nil then return tonumber(value) or 0, nil end
+  local parts = {}
+  local pos = 2
+  for k = 1, 4 do
+    local len = tonumber(string.sub(rest, pos, pos + 1)) or 0
+    parts[k] = string.sub(rest, pos + 2, pos + 1 + len)
+    pos = pos + 2 + len
+  end
+  if string.sub(rest, 1, 1) == '1' then parts[3] = '-' .. parts[3] end
+  return tonumber(lapses), parts
+end
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 if deadline > 0 and now > deadline then
@@ -92,13 +112,12 @@ for i = 1, #state, 2 do
   elseif field == me then
     mine = tonumber(value)
   elseif string.sub(field, 1, 2) == 'o:' then
-    local lapses, rseq, rtaken, rgive, rreserve = string.match(value, '^(%d+) (%d+) (%d+) (%-?[%d.]+) (%d+)$')
-    lapses = tonumber(lapses) or 0
+    local lapses, parts = read_outcome(value)
     if field == outcome and seq ~= '0' then
-      if rseq ~= nil and string.find(abandoned, ',' .. rseq .. ',', 1, true) then
-        abandoned_taken = tonumber(rtaken)
-        abandoned_give = tonumber(rgive)
-        abandoned_reserve = tonumber(rreserve)
+      if parts ~= nil and parts[1] ~= '' and string.find(abandoned, ',' .. parts[1] .. ',', 1, true) then
+        abandoned_taken = tonumber(parts[2]) or 0
+        abandoned_give = tonumber(parts[3]) or 0
+        abandoned_reserve = tonumber(parts[4]) or 0
       end
     elseif lapses <= now then
       gone[#gone + 1] = field
@@ -195,7 +214,7 @@ if hold > 0 and instance ~= '' then
 end
 if seq ~= '0' then
   writes[#writes + 1] = outcome
-  writes[#writes + 1] = string.format('%d %s %d %s %d', now + 10000, seq, taken, string.format('%.17g', give_sent), reserve)
+  writes[#writes + 1] = string.format('%d', now + 10000) .. '.' .. (give_sent < 0 and '1' or '0') .. pack(tonumber(seq)) .. pack(taken) .. pack(math.abs(give_sent)) .. pack(reserve)
   live_until = math.max(live_until, now + 10000)
 end
 if own_record ~= nil and own_record ~= record and (hold > 0 or clear or register == 0) then gone[#gone + 1] = own_record end
