@@ -186,6 +186,37 @@ test('a lease that lapses while the breaker is open (another key failed) gives i
   assert.equal(admitted, 1000);
 });
 
+test('what an instance allowed from memory is taken off the shared bucket once Redis answers, even if the client never comes back to it', { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const proxy = await startTcpProxy(t, redis.port);
+  const plan = '{ capacity: 1000, refill_per_second: 0.01 }';
+  // A is cut off from Redis and serves the client from its memory bucket; then the client moves
+  // to B for good. A's link comes back and A serves another key only.
+  proxy.cut();
+  const a = await startPerch(t, yamlFor(proxy, upstream.url, plan, 100));
+  const b = await startPerch(t, yamlFor(redis, upstream.url, plan));
+  assert.equal(await sequential(a, 300), 300);
+  proxy.restore();
+  await waitFor(async () => {
+    await get(a.url, OTHER_KEY);
+    return a.logs.text().includes('rate limits: Redis answers again');
+  }, 10_000);
+  // What A allowed is owed to the shared bucket: 700 left for B.
+  const client = inspector(t, redis);
+  await waitFor(async () => Math.round(Number(await client.hget('perch:rl:alpha', 'tokens'))) !== 1000, 3000).catch(() => {});
+  let allowed = 0;
+  let last = performance.now();
+  while (performance.now() - last < 3000) {
+    if ((await get(b.url)) === 200) {
+      allowed++;
+      last = performance.now();
+    } else await sleep(50);
+  }
+  t.diagnostic(`B got ${allowed} after A allowed 300 from memory`);
+  assert.equal(allowed, 700);
+});
+
 test('the memory fallback carries on from the bucket as Redis last reported it, not from a full one', { timeout: 60_000 }, async (t) => {
   const redis = await startRedis(t);
   onCleanup(t, () => redis.thaw());

@@ -362,7 +362,7 @@ export class LeasedLimiter {
   #giveBack(keyId: string, plan: Plan, tokens: number, newest: boolean, leaving: boolean, recorded = 0): Promise<void> {
     const breaker = this.#breakers.for(this.#redis.redisKey(keyId));
     if (!breaker.allow()) {
-      if (!leaving) this.#redis.credit(keyId, tokens, recorded > 0);
+      if (!leaving) this.#redis.credit(keyId, plan, tokens, recorded > 0);
       return Promise.resolve();
     }
     return this.#redis.giveBack(keyId, plan, tokens, this.#instance, newest, leaving).then(

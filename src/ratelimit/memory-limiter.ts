@@ -21,6 +21,8 @@ export class MemoryLimiter implements BucketLimiter {
   readonly #buckets = new LRUCache<string, InsuranceState>({ max: MAX_BUCKETS });
   /** Insurance for the shared buckets: tokens spent here are owed to them (`claim`). */
   readonly #owing: boolean;
+  /** Keys owing the shared buckets (or owed by them), with the plan to settle them on. */
+  readonly #debtors = new Map<string, Plan>();
 
   constructor(clock: Clock, options: { insurance?: boolean } = {}) {
     this.#clock = clock;
@@ -33,6 +35,7 @@ export class MemoryLimiter implements BucketLimiter {
     // Updated in place: `get` has already made the bucket the most recently used, and a `set`
     // per request would cost the LRU a second lookup and an allocation on the hit path.
     const owed = this.#owing && next.allowed ? cost : 0;
+    if (owed !== 0) this.#debtors.set(keyId, plan);
     if (state === undefined) this.#buckets.set(keyId, owed === 0 ? { tokens: next.tokens, at: next.at } : { tokens: next.tokens, at: next.at, owed });
     else {
       state.tokens = next.tokens;
@@ -56,13 +59,24 @@ export class MemoryLimiter implements BucketLimiter {
     const state = this.#buckets.peek(keyId);
     const owed = state?.owed ?? 0;
     if (owed !== 0) state!.owed = 0;
+    this.#debtors.delete(keyId);
     return owed;
   }
 
   /** Also takes a credit (negative): leased tokens whose give-back could not be sent. */
-  unclaim(keyId: string, tokens: number): void {
+  unclaim(keyId: string, plan: Plan, tokens: number): void {
     const state = this.#buckets.peek(keyId);
-    if (state !== undefined) state.owed = (state.owed ?? 0) + tokens;
+    if (state === undefined) return;
+    state.owed = (state.owed ?? 0) + tokens;
+    this.#debtors.set(keyId, plan);
+  }
+
+  /**
+   * The keys with something to settle with the shared buckets, and their plans: settled as soon
+   * as Redis answers again, not only by each key's next request, which may never come here.
+   */
+  debtors(): [string, Plan][] {
+    return [...this.#debtors];
   }
 
   seed(keyId: string, plan: Plan, tokens: number): void {

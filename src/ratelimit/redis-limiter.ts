@@ -249,7 +249,9 @@ export interface Insurance {
   /** Tokens allowed in memory while Redis did not answer: taken off the shared bucket by the next call. */
   claim(keyId: string): number;
   /** A claim whose call failed: still owed. */
-  unclaim(keyId: string, tokens: number): void;
+  unclaim(keyId: string, plan: Plan, tokens: number): void;
+  /** The keys with a claim or a credit, to settle once Redis answers again. */
+  debtors(): [string, Plan][];
 }
 
 /** A lease's answer: tokens taken, tokens left in the bucket, and the reserve Redis recorded. */
@@ -283,6 +285,8 @@ export class RedisLimiter implements BucketLimiter {
   readonly #abandoned = new Map<string, number[]>();
   /** Keys whose next lease call carries a credit that includes a recorded reserve (`credit`). */
   readonly #clearNext = new Set<string>();
+  /** Whether debts are being settled (`#settle`). */
+  #settling = false;
 
   constructor(client: RedisClient, options: { prefix: string; commandTimeoutMs: number; insurance?: Insurance }) {
     // defineCommand sends EVALSHA and falls back to EVAL when Redis does not know the script
@@ -329,9 +333,9 @@ export class RedisLimiter implements BucketLimiter {
    * key's next call that Redis answers, like a debt the other way. `recorded`: they include the
    * newest lease's reserve, so that call clears the instance's record as a give-back would.
    */
-  credit(keyId: string, tokens: number, recorded: boolean): void {
+  credit(keyId: string, plan: Plan, tokens: number, recorded: boolean): void {
     if (this.#insurance === undefined) return;
-    this.#insurance.unclaim(keyId, -tokens);
+    this.#insurance.unclaim(keyId, plan, -tokens);
     if (recorded) this.#clearNext.add(keyId);
   }
 
@@ -376,11 +380,33 @@ export class RedisLimiter implements BucketLimiter {
         if (abandoned !== undefined) this.#abandoned.delete(keyId);
         if (clearing) this.#clearNext.delete(keyId);
         this.#insurance?.seed(keyId, plan, Number(reply[1]));
+        if (!this.#settling) void this.#settle();
         return reply;
       }
     } catch (error) {
-      if (owed !== 0) this.#insurance!.unclaim(keyId, owed);
+      if (owed !== 0) this.#insurance!.unclaim(keyId, plan, owed);
       throw error;
+    }
+  }
+
+  /**
+   * Redis answered: what the memory buckets allowed (or leases could not give back) while it did
+   * not is settled now, key by key, one call at a time (a take of nothing that carries the
+   * claim), stopping at the first failure. A key's own next request would settle it too, but
+   * a client may not come back to this instance.
+   */
+  async #settle(): Promise<void> {
+    this.#settling = true;
+    try {
+      for (const [keyId, plan] of this.#insurance?.debtors() ?? []) {
+        // A credit that includes a lease's reserve on record waits for the key's next lease call,
+        // which clears that record with it (see `credit`).
+        if (!this.#clearNext.has(keyId)) await this.#run(keyId, plan, 0, 0, 0, '', -1, true, '', 0);
+      }
+    } catch {
+      // Still owed: the next answer settles it.
+    } finally {
+      this.#settling = false;
     }
   }
 
