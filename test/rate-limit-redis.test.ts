@@ -14,12 +14,12 @@ const PLAN = '{ capacity: 5, refill_per_second: 1 }';
  * perch with its buckets in `redis`. A generous command timeout keeps a loaded test machine from
  * sending a healthy Redis's requests to the insurance limiter; the fault tests pass their own.
  */
-async function perchOn(t: TestContext, redis: TestRedis, options: { timeoutMs?: number; clock?: ManualClock; section?: string } = {}) {
+async function perchOn(t: TestContext, redis: TestRedis, options: { timeoutMs?: number; clock?: ManualClock; section?: string; plan?: string } = {}) {
   const upstream = await startUpstream(t, sampleProvider);
   const section = options.section ?? 'rate_limits_redis';
   const redisYaml = `{ url: "${redis.url}", command_timeout_ms: ${options.timeoutMs ?? 2000} }`;
   const extra = section === 'cache.redis' ? `cache: { redis: ${redisYaml} }` : `rate_limits_redis: ${redisYaml}`;
-  return startPerch(t, withPlan(testConfig(v1('main', upstream.url), extra), PLAN), { clock: options.clock });
+  return startPerch(t, withPlan(testConfig(v1('main', upstream.url), extra), options.plan ?? PLAN), { clock: options.clock });
 }
 
 function inspector(t: TestContext, redis: TestRedis): Redis {
@@ -90,12 +90,13 @@ test('the buckets use cache.redis when rate_limits_redis is absent', async (t) =
 
 test('Redis killed: the insurance limiter decides, no request fails, and the switch is logged once each way', async (t) => {
   const redis = await startRedis(t);
-  const perch = await perchOn(t, redis, { timeoutMs: 200 });
+  // The injected clock stands still: the memory bucket refills nothing while the test runs.
+  const perch = await perchOn(t, redis, { timeoutMs: 200, clock: new ManualClock() });
   assert.deepEqual(await statuses(perch, 3), [200, 200, 200]);
   await redis.kill();
 
-  // The insurance buckets start full: this instance alone now allows the plan's burst.
-  assert.deepEqual(await statuses(perch, 6), [200, 200, 200, 200, 200, 429]);
+  // The insurance buckets carry on from the bucket as Redis last reported it: 2 tokens left.
+  assert.deepEqual(await statuses(perch, 4), [200, 200, 429, 429]);
   const warnings = perch.logs.lines().filter((l) => l.msg === 'rate limits: Redis failed, falling back to per-instance memory buckets');
   assert.equal(warnings.length, 1);
   assert.equal(warnings[0]!.level, 40);
@@ -113,15 +114,17 @@ test('Redis killed: the insurance limiter decides, no request fails, and the swi
 
 test('Redis frozen: every request still answers quickly, decided by the insurance limiter', async (t) => {
   const redis = await startRedis(t);
-  const perch = await perchOn(t, redis, { timeoutMs: 100 });
+  // A token in 10 s: what the memory bucket refills while the test runs rounds to none.
+  const perch = await perchOn(t, redis, { timeoutMs: 100, plan: '{ capacity: 6, refill_per_second: 0.1 }' });
   assert.equal((await perch.request('/v1/users/1')).status, 200);
   redis.freeze();
   onCleanup(t, () => redis.thaw());
+  // The memory bucket carries on from Redis's last answer: 5 left.
   for (let i = 0; i < 5; i++) {
     const started = Date.now();
     const res = await perch.request('/v1/users/1');
     assert.equal(res.status, 200);
-    assert.equal(res.headers.get('ratelimit-policy'), '"small";q=5;w=5');
+    assert.equal(res.headers.get('ratelimit-policy'), '"small";q=6;w=60');
     // Bounded by the command timeout, not by Redis: generous for a loaded machine.
     assert.ok(Date.now() - started < 1500, `took ${Date.now() - started} ms`);
   }

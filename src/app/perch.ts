@@ -169,6 +169,7 @@ export function createPerch(options: PerchOptions): Perch {
     metricsAddress: () => (metricsServer?.listening === true ? (metricsServer.address() as AddressInfo) : undefined),
     reload: (next) => {
       runtime.replace(next);
+      rateLimits.reload(next);
       tiers.cache.staleMs = next.cache.stale_seconds * 1000;
     },
     reloadFailed: () => runtime.rejected(),

@@ -7,9 +7,11 @@ import type { Plan, Verdict } from './token-bucket.js';
 
 /**
  * Redis decides while it answers; when a command fails or times out, this instance's memory
- * buckets decide instead, so Redis trouble never fails a request. Each instance then enforces
- * the full plan on its own (a client may get up to N times the plan across N instances) until
- * Redis is back: a looser limit for a while beats refusing or erroring every request.
+ * buckets decide instead, so Redis trouble never fails a request. Each memory bucket carries on
+ * from the shared bucket as Redis last reported it to this instance, and what it allows is taken
+ * off the shared bucket by the key's next call that Redis answers (redis-limiter.ts), so across
+ * an outage a client gets at most N times what was left across N instances, not N more buckets:
+ * a looser limit for a while beats refusing or erroring every request.
  * The switch is logged once per change of state, not once per request. A breaker stops asking a
  * Redis that keeps failing: a frozen one would otherwise cost every request a full command
  * timeout, and while the breaker is open the memory buckets answer synchronously. With a cluster
@@ -47,6 +49,11 @@ export class InsuredLimiter {
       () => this.#insurance.take(keyId, plan, cost),
       this.#switches,
     );
+  }
+
+  /** See `LeasedLimiter.replan`. */
+  replan(plans: ReadonlyMap<string, Plan>): void {
+    this.#redis.replan(plans);
   }
 
   /** Gives the leased tokens back to Redis; see `LeasedLimiter.close`. */

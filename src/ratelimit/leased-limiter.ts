@@ -18,19 +18,32 @@ export const LEASE_LIFE_MS = 1000;
 /**
  * How long an instance counts, in the shared bucket, among those that lease from it after its
  * last lease (Redis time). Longer than a lease, so an instance between two leases still counts;
- * an instance that stops takes its entry out at once (`close`).
+ * an instance that stops takes its entry out at once (`close`), and one that died leaves the
+ * count within this time.
  */
-export const REGISTRATION_MS = 10_000;
+export const REGISTRATION_MS = 3000;
+
+/**
+ * How long Redis keeps a lease's record (its reserve, see redis-limiter.ts) before reclaiming it:
+ * the lease's life, plus time for its give-back to arrive. A dead instance's reserve is back in
+ * the bucket this long after its last lease.
+ */
+export const RECORD_MS = LEASE_LIFE_MS + 2000;
 
 interface Lease {
   /** Leased tokens not spent yet. */
   tokens: number;
+  /**
+   * Tokens of it Redis holds on record (its last quarter): spent only once this instance has sent
+   * its next call for the key, so that what Redis reclaims should this instance die is never a
+   * token it spent. 0 once a later call was answered.
+   */
+  reserve: number;
   /** Tokens this lease took from the shared bucket. */
   readonly taken: number;
   /** The shared bucket's tokens right after the lease, for the `RateLimit` header. */
   readonly shared: number;
-  /** When it was taken and when its unspent tokens go back (clock ms). */
-  readonly takenAt: number;
+  /** When its unspent tokens go back (clock ms): its life counted from when it was asked for. */
   readonly expiresAt: number;
   /** The lease taken ahead, spent once this one is spent or lapsed; it lapses on its own clock. */
   next?: Lease;
@@ -51,6 +64,8 @@ interface KeyLeases {
   want: number;
   /** When this instance last leased for the key (clock ms): whether its registration may stand. */
   leasedAt: number;
+  /** The lease Redis granted last, whose reserve its record holds. */
+  newest: Lease | undefined;
 }
 
 /**
@@ -67,15 +82,22 @@ interface KeyLeases {
  * that share rounds to no token.
  *
  * Giving back. Unspent tokens go back to the shared bucket when their lease lapses,
- * `LEASE_LIFE_MS` after it was taken, when the key's leases are dropped, and when the instance
- * stops (`close`), less what the bucket refilled since the lease (`refill_per_second` times the
- * time held): had they never been leased, the bucket could have overflowed by that much, so it
- * never gets more back than it would have held.
+ * `LEASE_LIFE_MS` after it was asked for, when the key's leases are dropped, and when the
+ * instance stops (`close`): all of them, and the script clips the bucket at its capacity. That
+ * is exact: below capacity the bucket refilled on its own meanwhile, and had it overflowed
+ * without the lease it is at capacity either way.
+ *
+ * Dying. Redis records each instance's newest lease with its reserve (its last quarter, which
+ * the instance spends only once its next call for the key is on its way) for `RECORD_MS`; an
+ * instance killed without giving back leaves that record to lapse, and the next call that finds
+ * it puts the reserve back. What is lost is the part of a dead instance's lease above its
+ * reserve that it had not spent: less than a lease per key.
  *
  * Bounds, with `n` instances leasing from one bucket of capacity `C` refilling `r` a second:
- * - overspend: every token is spent within `LEASE_LIFE_MS` of leaving the bucket, and a token
- *   given back is one the bucket would have held, so in any window a client gets at most `r`
- *   (a second of refill) requests more than its plan allows, fleet-wide, whatever `n`;
+ * - overspend: every token is spent within `LEASE_LIFE_MS` of leaving the bucket, and a give-back
+ *   is clipped at capacity, so the only tokens beyond the plan are those on lease while a full
+ *   bucket refilled: in any window a client gets at most `r` (a second of refill) requests more
+ *   than its plan allows, fleet-wide, whatever `n`;
  * - early refusal: a request is refused while other instances hold tokens it could have had. An
  *   instance holds at most two leases (the one it spends and the one taken ahead), each at most
  *   `min(plan.lease, C / (2 n))`, so the others hold at most `(n - 1) / n` of `C`, and hold no
@@ -137,6 +159,12 @@ export class LeasedLimiter {
       else if (lease.next === undefined) return undefined;
       leases.lease = lease.next;
     }
+    // The reserve is spent only with a call on its way, whose answer replaces Redis's record; a
+    // call that cannot go (the breaker is open) leaves it to come back at the lapse.
+    if (lease.tokens - cost < lease.reserve && !this.#pending.has(keyId)) {
+      this.#takeAhead(keyId, leases);
+      if (!this.#pending.has(keyId)) return undefined;
+    }
     lease.tokens -= cost;
     if (cost > 0 && lease.next === undefined && lowWater(lease)) this.#takeAhead(keyId, leases);
     const next = lease.next !== undefined && lease.next.expiresAt > now ? lease.next : undefined;
@@ -171,24 +199,44 @@ export class LeasedLimiter {
     const calls: Promise<void>[] = [];
     for (const [keyId, leases] of this.#keys.entries()) {
       let back = 0;
-      for (let lease = leases.lease; lease !== undefined; lease = lease.next) back += this.#unspent(leases.plan, lease, now);
-      if (back > 0 || now - leases.leasedAt < REGISTRATION_MS) calls.push(this.#giveBack(keyId, leases.plan, back, true));
+      for (let lease = leases.lease; lease !== undefined; lease = lease.next) {
+        lease.cancel();
+        back += lease.tokens;
+      }
+      if (back > 0 || now - leases.leasedAt < REGISTRATION_MS) calls.push(this.#giveBack(keyId, leases.plan, back, true, true));
     }
     this.#keys.clear();
     await Promise.all(calls);
   }
 
+  /**
+   * A reload compiled `plans` (by name): each key's leases on a plan whose capacity it lowered go
+   * back at once, clipped at the new capacity, so a reload that lowers a capacity leaves no
+   * bucket above it (the script clips at the capacity it is given).
+   */
+  replan(plans: ReadonlyMap<string, Plan>): void {
+    for (const [keyId, leases] of [...this.#keys.entries()]) {
+      const plan = plans.get(leases.plan.name);
+      // Other changes wait for the key's next request (`#leasesFor`), as any new plan does.
+      if (plan === undefined || plan.capacity >= leases.plan.capacity) continue;
+      this.#keys.delete(keyId);
+      this.#lapseAll(keyId, leases, plan);
+    }
+  }
+
   async #lease(keyId: string, plan: Plan): Promise<Verdict> {
     const leases = this.#leasesFor(keyId, plan);
-    const { taken, tokens } = await this.#redis.lease(keyId, plan, leases.want, 1, this.#instance, REGISTRATION_MS);
-    if (taken === 0) return { plan, allowed: false, tokens };
+    const askedAt = this.#clock.now();
+    const { taken, tokens, reserve } = await this.#redis.lease(keyId, plan, leases.want, 1, this.#instance, REGISTRATION_MS, RECORD_MS);
     if (this.#keys.get(keyId) !== leases) {
       // Dropped while Redis answered (evicted, or the plan changed): the request spends one, the rest goes back.
-      if (taken > 1) void this.#giveBack(keyId, plan, taken - 1, false);
-      return { plan, allowed: true, tokens };
+      if (taken > 1) void this.#giveBack(keyId, plan, taken - 1, true, false);
+      return { plan, allowed: taken > 0, tokens };
     }
+    this.#answered(leases);
+    if (taken === 0) return { plan, allowed: false, tokens };
     leases.want = Math.min(plan.lease, 2 * taken);
-    const lease = this.#newLease(keyId, leases, taken, tokens, taken - 1);
+    const lease = this.#newLease(keyId, leases, askedAt, taken, tokens, reserve, taken - 1);
     leases.lease = lease;
     // A small lease (while a key's leases grow) is at its low water at once: the next request
     // finds the next lease there rather than asking Redis itself.
@@ -196,22 +244,37 @@ export class LeasedLimiter {
     return { plan, allowed: true, tokens: Math.min(plan.capacity, tokens + taken - 1) };
   }
 
-  /** The key's leases for `plan`; those of a plan a reload replaced give their tokens back. */
+  /**
+   * The key's leases for `plan`; those of a plan a reload replaced give their tokens back, clipped
+   * at the new plan's capacity (a reload that lowers it leaves no bucket above it).
+   */
   #leasesFor(keyId: string, plan: Plan): KeyLeases {
     const current = this.#keys.get(keyId);
     if (current !== undefined && current.plan === plan) return current;
-    if (current !== undefined) this.#lapseAll(keyId, current);
-    const fresh: KeyLeases = { plan, lease: undefined, want: 1, leasedAt: this.#clock.now() };
+    if (current !== undefined) this.#lapseAll(keyId, current, plan);
+    const fresh: KeyLeases = { plan, lease: undefined, want: 1, leasedAt: this.#clock.now(), newest: undefined };
     this.#keys.set(keyId, fresh);
     return fresh;
   }
 
-  /** `taken` tokens just leased, `shared` left in the bucket, `tokens` of them still to spend. */
-  #newLease(keyId: string, leases: KeyLeases, taken: number, shared: number, tokens = taken): Lease {
+  /** A call for the key was answered: Redis's record now holds no earlier lease's reserve. */
+  #answered(leases: KeyLeases): void {
+    for (let lease = leases.lease; lease !== undefined; lease = lease.next) lease.reserve = 0;
+    leases.newest = undefined;
+  }
+
+  /**
+   * `taken` tokens just leased (asked for at `askedAt`), `shared` left in the bucket, `tokens` of
+   * them still to spend, `reserve` on Redis's record. Its life counts from when it was asked for,
+   * before Redis granted it: this instance stops spending it before Redis could reclaim any of it.
+   */
+  #newLease(keyId: string, leases: KeyLeases, askedAt: number, taken: number, shared: number, reserve: number, tokens = taken): Lease {
     const now = this.#clock.now();
     leases.leasedAt = now;
-    const lease: Lease = { tokens, taken, shared, takenAt: now, expiresAt: now + LEASE_LIFE_MS, cancel: () => {} };
-    if (tokens > 0) lease.cancel = this.#timers.after(LEASE_LIFE_MS, () => this.#lapse(keyId, leases, lease));
+    const life = Math.max(0, askedAt + LEASE_LIFE_MS - now);
+    const lease: Lease = { tokens, taken, shared, reserve: Math.min(reserve, tokens), expiresAt: askedAt + LEASE_LIFE_MS, cancel: () => {} };
+    leases.newest = lease;
+    if (tokens > 0) lease.cancel = this.#timers.after(life, () => this.#lapse(keyId, leases, lease));
     return lease;
   }
 
@@ -228,17 +291,19 @@ export class LeasedLimiter {
     const breaker = this.#breakers.for(this.#redis.redisKey(keyId));
     if (!breaker.allow()) return;
     const { plan } = leases;
-    const leasing = this.#redis.lease(keyId, plan, leases.want, 0, this.#instance, REGISTRATION_MS).then(
-      ({ taken, tokens }) => {
+    const askedAt = this.#clock.now();
+    const leasing = this.#redis.lease(keyId, plan, leases.want, 0, this.#instance, REGISTRATION_MS, RECORD_MS).then(
+      ({ taken, tokens, reserve }) => {
         breaker.success();
-        // Redis answered, even with nothing: the requests that waited ask it themselves.
-        if (taken === 0) return true;
         if (this.#keys.get(keyId) !== leases) {
-          void this.#giveBack(keyId, plan, taken, false);
+          if (taken > 0) void this.#giveBack(keyId, plan, taken, true, false);
           return true;
         }
+        this.#answered(leases);
+        // Redis answered, even with nothing: the requests that waited ask it themselves.
+        if (taken === 0) return true;
         leases.want = Math.min(plan.lease, 2 * taken);
-        const ahead = this.#newLease(keyId, leases, taken, tokens);
+        const ahead = this.#newLease(keyId, leases, askedAt, taken, tokens, reserve);
         if (leases.lease === undefined) leases.lease = ahead;
         else {
           let last = leases.lease;
@@ -266,33 +331,41 @@ export class LeasedLimiter {
    * A lease's time is up (or its key's leases are dropped): what it did not spend goes back, and
    * the next lease asks for what this one spent, at least one token.
    */
-  #lapse(keyId: string, leases: KeyLeases, lease: Lease): void {
+  #lapse(keyId: string, leases: KeyLeases, lease: Lease, plan = leases.plan): void {
     lease.cancel();
     if (lease.tokens <= 0) return;
-    const back = this.#unspent(leases.plan, lease, this.#clock.now());
+    const back = lease.tokens;
+    const reserve = lease.reserve;
     leases.want = Math.max(1, lease.taken - lease.tokens);
     lease.tokens = 0;
-    if (back > 0) void this.#giveBack(keyId, leases.plan, back, false);
+    lease.reserve = 0;
+    // The newest lease: Redis's record is this lease's, and goes. (Were a later call on its way
+    // and answered first, its record goes too: a record missing loses tokens only should this
+    // instance die, one left in place would hand them out twice.)
+    const newest = leases.newest === lease;
+    if (newest) leases.newest = undefined;
+    void this.#giveBack(keyId, plan, back, newest, false, newest ? reserve : 0);
   }
 
-  #lapseAll(keyId: string, leases: KeyLeases): void {
-    for (let lease = leases.lease; lease !== undefined; lease = lease.next) this.#lapse(keyId, leases, lease);
+  /** Gives back every lease of the key, clipped at `plan`'s capacity (the new plan on a reload). */
+  #lapseAll(keyId: string, leases: KeyLeases, plan = leases.plan): void {
+    for (let lease = leases.lease; lease !== undefined; lease = lease.next) this.#lapse(keyId, leases, lease, plan);
     leases.lease = undefined;
   }
 
   /**
-   * Tokens of `lease` to give back at `now`: unspent, less the bucket's refill since it was taken,
-   * in fractions as the bucket counts them, so nothing is lost to rounding.
+   * `recorded`: of `tokens`, those Redis holds on record (the newest lease's reserve). A give-back
+   * the breaker keeps from Redis is not lost: it goes with the key's next call that Redis answers,
+   * as what memory allowed does, and that call takes off the reserve should the record have lapsed
+   * and been reclaimed meanwhile (see redis-limiter.ts).
    */
-  #unspent(plan: Plan, lease: Lease, now: number): number {
-    lease.cancel();
-    return Math.max(0, lease.tokens - (plan.refillPerSecond * Math.max(0, now - lease.takenAt)) / 1000);
-  }
-
-  #giveBack(keyId: string, plan: Plan, tokens: number, leaving: boolean): Promise<void> {
+  #giveBack(keyId: string, plan: Plan, tokens: number, newest: boolean, leaving: boolean, recorded = 0): Promise<void> {
     const breaker = this.#breakers.for(this.#redis.redisKey(keyId));
-    if (!breaker.allow()) return Promise.resolve();
-    return this.#redis.giveBack(keyId, plan, tokens, this.#instance, leaving).then(
+    if (!breaker.allow()) {
+      if (!leaving) this.#redis.credit(keyId, plan, tokens, recorded > 0);
+      return Promise.resolve();
+    }
+    return this.#redis.giveBack(keyId, plan, tokens, this.#instance, newest, leaving).then(
       () => breaker.success(),
       () => breaker.failure(),
     );

@@ -51,14 +51,18 @@ export class RateLimits {
    */
   constructor(config: Config, deps: { clock: Clock; timers: Timers; logger: Logger; redis?: RedisConnection }) {
     this.#headers = { dialects: config.server.rate_limit_headers, clock: deps.clock };
-    const memory = new MemoryLimiter(deps.clock);
     if (deps.redis === undefined) {
-      this.#limiter = memory;
+      this.#limiter = new MemoryLimiter(deps.clock);
       this.#shared = undefined;
       return;
     }
+    const memory = new MemoryLimiter(deps.clock, { insurance: true });
     const { settings, guard } = deps.redis;
-    const redis = new RedisLimiter(guard.client, { prefix: settings.prefix, commandTimeoutMs: settings.command_timeout_ms });
+    const redis = new RedisLimiter(guard.client, {
+      prefix: settings.prefix,
+      commandTimeoutMs: settings.command_timeout_ms,
+      insurance: memory,
+    });
     const leased = new LeasedLimiter(redis, { clock: deps.clock, timers: deps.timers, breakers: guard.breakers });
     this.#shared = new InsuredLimiter(leased, memory, guard.breakers, deps.logger);
     this.#limiter = this.#shared;
@@ -70,14 +74,28 @@ export class RateLimits {
   }
 
   /**
+   * After a reload to `config`: leases taken under a plan it changed go back at once, clipped at
+   * the new capacity.
+   */
+  reload(config: Config): void {
+    if (this.#shared === undefined) return;
+    const plans = new Map<string, Plan>();
+    for (const name of Object.keys(config.rate_limits)) plans.set(name, this.#compiled(name, config.rate_limits[name]!));
+    this.#shared.replan(plans);
+  }
+
+  /**
    * The client's plan in `config`, which must be the configuration the client was authenticated
    * against (validation guarantees every key names one of its plans).
    */
   plan(config: Config, client: Client): Plan {
-    const raw = config.rate_limits[client.plan]!;
+    return this.#compiled(client.plan, config.rate_limits[client.plan]!);
+  }
+
+  #compiled(name: string, raw: RateLimitPlan): Plan {
     let plan = this.#plans.get(raw);
     if (plan === undefined) {
-      plan = compilePlan(client.plan, raw, this.#headers);
+      plan = compilePlan(name, raw, this.#headers);
       this.#plans.set(raw, plan);
     }
     return plan;

@@ -1,0 +1,286 @@
+import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test, type TestContext } from 'node:test';
+import { Redis } from 'ioredis';
+import { KEY, OTHER_KEY, startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
+import { spawnPerch } from './helpers/perch-process.js';
+import { withPlan } from './helpers/plans.js';
+import { startRedis, type TestRedis } from './helpers/redis-server.js';
+import { startTcpProxy } from './helpers/tcp-proxy.js';
+import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
+import { tempDir } from './helpers/temp-dir.js';
+import { onCleanup } from './helpers/cleanup.js';
+
+/**
+ * The shared buckets under real refill rates and real faults, over a real redis-server: leases
+ * that lapse below capacity, a Redis that freezes, an instance killed with SIGKILL, a reload that
+ * lowers a capacity. Every perch here runs on the real clock, as in production.
+ */
+
+function yamlFor(redis: Pick<TestRedis, 'url'>, upstreamUrl: string, plan: string, timeoutMs = 2000): string {
+  return withPlan(testConfig(v1('main', upstreamUrl), `rate_limits_redis: { url: "${redis.url}", command_timeout_ms: ${timeoutMs} }`), plan);
+}
+
+function inspector(t: TestContext, redis: TestRedis): Redis {
+  const client = new Redis(redis.url);
+  onCleanup(t, () => client.disconnect());
+  return client;
+}
+
+/** One GET with the test key (or `key`): its status. */
+async function get(url: string, key = KEY): Promise<number> {
+  const res = await fetch(`${url}/v1/users/1`, { headers: { 'x-api-key': key } });
+  await res.arrayBuffer();
+  return res.status;
+}
+
+/** `n` requests one after the other on `perch`: how many were allowed. */
+async function sequential(perch: Pick<RunningPerch, 'url'>, n: number): Promise<number> {
+  let allowed = 0;
+  for (let i = 0; i < n; i++) if ((await get(perch.url)) === 200) allowed++;
+  return allowed;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+for (const n of [2, 4]) {
+  test(`a client under its refill keeps a full bucket: 80 req/s over ${n} instances for 16 s, then a burst gets at least 900 of a plan of 1000`, { timeout: 90_000 }, async (t) => {
+    const redis = await startRedis(t);
+    const upstream = await startUpstream(t, sampleProvider);
+    // 100 tokens a second back, 80 spent: every lease lapses with tokens unspent and the bucket
+    // below capacity, where giving back less than the unspent loses tokens for good.
+    const yaml = yamlFor(redis, upstream.url, '{ capacity: 1000, refill_per_second: 100 }');
+    const perches: RunningPerch[] = [];
+    for (let i = 0; i < n; i++) perches.push(await startPerch(t, yaml));
+    const started = performance.now();
+    const steady: Promise<number>[] = [];
+    for (let i = 0; i < 1280; i++) {
+      const due = started + i * 12.5;
+      const wait = due - performance.now();
+      if (wait > 0) await sleep(wait);
+      steady.push(get(perches[i % n]!.url));
+    }
+    const steadyStatuses = await Promise.all(steady);
+    assert.equal(steadyStatuses.filter((s) => s === 200).length, 1280, 'all allowed: the client spends less than its refill');
+    // The burst: 1500 requests, 16 at a time, round robin.
+    let next = 0;
+    let allowed = 0;
+    const burstStarted = performance.now();
+    await Promise.all(
+      Array.from({ length: 16 }, async () => {
+        while (next < 1500) {
+          const i = next++;
+          if ((await get(perches[i % n]!.url)) === 200) allowed++;
+        }
+      }),
+    );
+    const seconds = (performance.now() - burstStarted) / 1000;
+    t.diagnostic(`${n} instances: burst ${allowed} of 1500 allowed in ${seconds.toFixed(2)} s (refill meanwhile ${Math.round(seconds * 100)})`);
+    assert.ok(allowed >= 900, `${allowed} allowed`);
+    // What the bucket held when the burst began (its refill during the burst aside): all of it,
+    // where lost give-backs left it a few hundred short.
+    const refill = Math.ceil(seconds * 100);
+    assert.ok(allowed - refill >= 950, `${allowed} allowed, ${refill} of them refilled during the burst`);
+    // The bucket's 1000, its refill during the burst, and at most a second of refill more (the
+    // documented bound: leased tokens out while a full bucket refilled).
+    assert.ok(allowed <= 1000 + 100 + Math.ceil(seconds * 100), `${allowed} allowed in ${seconds} s`);
+  });
+}
+
+test('a lease Redis would grant after the instance stopped waiting takes nothing: a frozen Redis costs the client no tokens', { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  onCleanup(t, () => redis.thaw());
+  const upstream = await startUpstream(t, sampleProvider);
+  const perch = await startPerch(t, yamlFor(redis, upstream.url, '{ capacity: 1000, refill_per_second: 0.01 }', 100));
+  let admitted = await sequential(perch, 400);
+  assert.equal(admitted, 400);
+  redis.freeze();
+  // More than the instance holds (two leases of 100 at most): once they are spent, each request
+  // asks Redis for a lease of 100 until the breaker opens; those leases time out here and wait
+  // in Redis's socket. The memory buckets answer.
+  const during = await sequential(perch, 150);
+  redis.thaw();
+  admitted += during;
+  // The client waits until Redis decides again (the other key's requests find it back), so what
+  // it gets next is what the shared bucket kept, not what this instance's memory bucket allows.
+  await waitFor(async () => {
+    await get(perch.url, OTHER_KEY);
+    return perch.logs.text().includes('rate limits: Redis answers again');
+  }, 10_000);
+  // Then the client spends all it can: until 5 s pass without an allowed request (a lapsed
+  // lease's tokens come back within 1 s, a lease record within 3 s).
+  let last = performance.now();
+  while (performance.now() - last < 5000) {
+    if ((await get(perch.url)) === 200) {
+      admitted++;
+      last = performance.now();
+    } else await sleep(50);
+  }
+  t.diagnostic(`admitted ${admitted} on a plan of 1000 (${during} while Redis was frozen)`);
+  assert.ok(admitted >= 950, `${admitted} admitted`);
+  // The memory buckets answered the outage from the bucket as Redis last reported it, and what
+  // they allowed was taken off the shared bucket once Redis answered again: never more than the plan.
+  assert.ok(admitted <= 1000, `${admitted} admitted`);
+});
+
+test('a lease whose answer came after the timeout, yet ran in Redis, is undone by the next call: no token lost', { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const proxy = await startTcpProxy(t, redis.port);
+  // Redis answers at once, but its replies are held on the way back: each script ran well within
+  // its deadline, and the instance gave up on it all the same (a slow or jittery network does this
+  // to the calls whose answer is slower than the one the clock offset was learned from).
+  const perch = await startPerch(t, yamlFor(proxy, upstream.url, '{ capacity: 1000, refill_per_second: 0.01 }', 200));
+  let admitted = await sequential(perch, 300);
+  assert.equal(admitted, 300);
+  proxy.hold();
+  const during = await sequential(perch, 300);
+  proxy.release();
+  admitted += during;
+  await waitFor(async () => {
+    await get(perch.url, OTHER_KEY);
+    return perch.logs.text().includes('rate limits: Redis answers again');
+  }, 10_000);
+  let last = performance.now();
+  while (performance.now() - last < 5000) {
+    if ((await get(perch.url)) === 200) {
+      admitted++;
+      last = performance.now();
+    } else await sleep(50);
+  }
+  t.diagnostic(`admitted ${admitted} on a plan of 1000 (${during} while the replies were held)`);
+  assert.ok(admitted >= 990, `${admitted} admitted`);
+  assert.ok(admitted <= 1000, `${admitted} admitted`);
+});
+
+test('a lease that lapses while the breaker is open (another key failed) gives its tokens back once Redis answers', { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  onCleanup(t, () => redis.thaw());
+  const upstream = await startUpstream(t, sampleProvider);
+  const perch = await startPerch(t, yamlFor(redis, upstream.url, '{ capacity: 1000, refill_per_second: 0.01 }', 100));
+  // The client holds a lease with tokens unspent; then Redis freezes and another key's calls
+  // time out, which opens the breaker (one per Redis node, not per key) before the lease lapses.
+  let admitted = await sequential(perch, 200);
+  assert.equal(admitted, 200);
+  redis.freeze();
+  let other = 0;
+  while (!perch.logs.text().includes('falling back to per-instance memory buckets') || other < 10) {
+    await get(perch.url, OTHER_KEY);
+    other++;
+  }
+  await sleep(1500);
+  redis.thaw();
+  await waitFor(async () => {
+    await get(perch.url, OTHER_KEY);
+    return perch.logs.text().includes('rate limits: Redis answers again');
+  }, 10_000);
+  let last = performance.now();
+  while (performance.now() - last < 5000) {
+    if ((await get(perch.url)) === 200) {
+      admitted++;
+      last = performance.now();
+    } else await sleep(50);
+  }
+  t.diagnostic(`admitted ${admitted} on a plan of 1000`);
+  assert.equal(admitted, 1000);
+});
+
+test('what an instance allowed from memory is taken off the shared bucket once Redis answers, even if the client never comes back to it', { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const proxy = await startTcpProxy(t, redis.port);
+  const plan = '{ capacity: 1000, refill_per_second: 0.01 }';
+  // A is cut off from Redis and serves the client from its memory bucket; then the client moves
+  // to B for good. A's link comes back and A serves another key only.
+  proxy.cut();
+  const a = await startPerch(t, yamlFor(proxy, upstream.url, plan, 100));
+  const b = await startPerch(t, yamlFor(redis, upstream.url, plan));
+  assert.equal(await sequential(a, 300), 300);
+  proxy.restore();
+  await waitFor(async () => {
+    await get(a.url, OTHER_KEY);
+    return a.logs.text().includes('rate limits: Redis answers again');
+  }, 10_000);
+  // What A allowed is owed to the shared bucket: 700 left for B.
+  const client = inspector(t, redis);
+  await waitFor(async () => Math.round(Number(await client.hget('perch:rl:alpha', 'tokens'))) !== 1000, 3000).catch(() => {});
+  let allowed = 0;
+  let last = performance.now();
+  while (performance.now() - last < 3000) {
+    if ((await get(b.url)) === 200) {
+      allowed++;
+      last = performance.now();
+    } else await sleep(50);
+  }
+  t.diagnostic(`B got ${allowed} after A allowed 300 from memory`);
+  assert.equal(allowed, 700);
+});
+
+test('the memory fallback carries on from the bucket as Redis last reported it, not from a full one', { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  onCleanup(t, () => redis.thaw());
+  const upstream = await startUpstream(t, sampleProvider);
+  const perch = await startPerch(t, yamlFor(redis, upstream.url, '{ capacity: 50, refill_per_second: 0.01 }', 100));
+  assert.equal(await sequential(perch, 60), 50);
+  const last = await perch.request('/v1/users/1');
+  assert.equal(last.status, 429);
+  assert.match(last.headers.get('ratelimit')!, /r=0;/);
+  redis.freeze();
+  const started = performance.now();
+  const during = await sequential(perch, 60);
+  const seconds = (performance.now() - started) / 1000;
+  redis.thaw();
+  t.diagnostic(`Redis frozen: ${during} of 60 allowed in ${seconds.toFixed(2)} s`);
+  // What the plan had left: the refill since, 0.01 a second; at most 5 beyond it.
+  assert.ok(during <= 5, `${during} allowed`);
+  assert.ok(perch.logs.text().includes('falling back to per-instance memory buckets'));
+});
+
+test('a perch process killed with SIGKILL: its lease records lapse, their tokens come back and it leaves the count of instances', { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const dir = tempDir(t, 'perch-kill-');
+  const path = join(dir, 'perch.yaml');
+  writeFileSync(path, yamlFor(redis, upstream.url, '{ capacity: 1000, refill_per_second: 0.01 }'));
+  const a = await spawnPerch(t, path);
+  const b = await spawnPerch(t, path);
+  assert.equal(await sequential(b, 1), 1);
+  assert.equal(await sequential(a, 300), 300);
+  a.process.kill('SIGKILL');
+  await a.exited;
+  const killed = performance.now();
+  // What the plan leaves: 1000 - 301 (and 0.01 a second). B spends until 6 s after the kill.
+  let allowed = 0;
+  let reached: number | undefined;
+  while (performance.now() - killed < 6000) {
+    if ((await get(b.url)) === 200) {
+      allowed++;
+      if (allowed >= 690 && reached === undefined) reached = performance.now() - killed;
+    } else await sleep(50);
+  }
+  t.diagnostic(`B got ${allowed} after A's SIGKILL (the plan leaves 699); 690 reached ${reached === undefined ? 'never' : `${Math.round(reached)} ms`} after the kill`);
+  assert.ok(allowed >= 690, `${allowed} allowed`);
+  assert.ok(allowed <= 699, `${allowed} allowed: a token handed out twice`);
+  const fields = Object.keys(await inspector(t, redis).hgetall('perch:rl:alpha'));
+  assert.equal(fields.filter((f) => f.startsWith('i:')).length, 1, `only B counts: ${fields.join(' ')}`);
+});
+
+test('a reload that lowers a capacity gives the leases back clipped at the new capacity: no bucket above it', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const perch = await startPerch(t, yamlFor(redis, upstream.url, '{ capacity: 1000, refill_per_second: 0.01 }'));
+  assert.equal(await sequential(perch, 10), 10);
+  const client = inspector(t, redis);
+  // Leases of 1, 2, 4 and 8: 985 left in the bucket, 5 unspent here, the newest on record.
+  await waitFor(async () => Math.round(Number(await client.hget('perch:rl:alpha', 'tokens'))) === 985);
+  perch.reload(yamlFor(redis, upstream.url, '{ capacity: 100, refill_per_second: 0.01 }'));
+  // The give-back removes the lease's record: then the bucket is what it holds.
+  await waitFor(async () => !Object.keys(await client.hgetall('perch:rl:alpha')).some((f) => f.startsWith('l:')));
+  const tokens = Number(await client.hget('perch:rl:alpha', 'tokens'));
+  assert.ok(tokens <= 100, `${tokens} tokens in a bucket of 100`);
+  const res = await perch.request('/v1/users/1');
+  assert.equal(res.status, 200);
+  assert.equal(res.headers.get('ratelimit-policy'), '"small";q=100;w=10000');
+  assert.match(res.headers.get('ratelimit')!, /^"small";r=99;/);
+});
