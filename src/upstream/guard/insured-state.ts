@@ -22,6 +22,9 @@ import type { RedisProviderState } from './redis-state.js';
  *   the windows and those in flight) is written back to Redis before Redis admits for it again,
  *   and also as soon as the connection is ready again, since a Redis that restarted lost all of
  *   it.
+ * Stops go back the same way: every stop memory still holds for the upstream is written with
+ * its end before the calls, so one learned while Redis was away, or lost by a restart, holds
+ * for the fleet again once Redis returns.
  * So in any window an instance's own calls stay under its share while Redis is away, and the
  * fleet spends at most `max(quota, Σ max(rᵢ, share × quota))`, rᵢ being what instance i had
  * spent through Redis in that window when Redis went away: the quota itself while no instance
@@ -95,7 +98,12 @@ export class InsuredProviderState implements ProviderState {
       const cap = this.#caps.get(upstream);
       const calls = this.#memory.held(upstream);
       const released = this.#released(upstream, calls);
-      writing = (cap === undefined ? Promise.resolve() : this.#redis.writeBack(upstream, cap, [...calls, ...released]))
+      // Stops first, with the end the provider gave: a Redis that restarted, or never heard of
+      // a stop learned while it was away, must hold it for every instance before it admits.
+      // The stop script keeps the longer of two, so writing one Redis has changes nothing.
+      const stops = this.#memory.stopsOf(upstream);
+      writing = Promise.all(stops.map((stop) => this.#redis.stop(stop)))
+        .then(() => (cap === undefined ? undefined : this.#redis.writeBack(upstream, cap, [...calls, ...released])))
         .then(() => {
           const unreleased = this.#unreleased.get(upstream);
           for (const call of released) unreleased?.delete(call.id);
@@ -212,9 +220,16 @@ export class InsuredProviderState implements ProviderState {
     if (this.#upstream(upstream).state === 'closed') this.#redis.withdraw(upstream, payer);
   }
 
+  /** A stop Redis cannot take now goes back with the upstream's write-back when it can. */
   async stop(stop: Stop): Promise<void> {
     this.#memory.stop(stop);
-    if (this.#upstream(stop.upstream).state === 'closed') await this.#redis.stop(stop);
+    if (this.#upstream(stop.upstream).state !== 'closed') return this.#diverge(stop.upstream);
+    try {
+      await this.#redis.stop(stop);
+    } catch (error) {
+      this.#diverge(stop.upstream);
+      throw error;
+    }
   }
 
   async lift(upstream: string, credential: string, scope: string, state: StopState): Promise<void> {

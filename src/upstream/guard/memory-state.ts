@@ -90,9 +90,27 @@ export class MemoryProviderState implements ProviderState {
     return calls;
   }
 
-  /** The upstreams with calls counted here. */
+  /** The upstreams with calls counted or stops known here. */
   upstreams(): string[] {
-    return [...this.#ledgers.keys()];
+    const upstreams = new Set(this.#ledgers.keys());
+    for (const key of this.#stops.keys()) upstreams.add(key.slice(0, key.indexOf('\n')));
+    return [...upstreams];
+  }
+
+  /**
+   * The stops of `upstream` still holding, each with its end: what goes back to a shared state
+   * that returns (it may have restarted without them, or never heard of them).
+   */
+  stopsOf(upstream: string): Stop[] {
+    const now = this.#clock.now();
+    const stops: Stop[] = [];
+    for (const [key, stop] of this.#stops) {
+      const [up, credential, scope] = key.split('\n') as [string, string, string];
+      if (up !== upstream) continue;
+      if (stop.untilMs <= now) this.#stops.delete(key);
+      else stops.push({ upstream, credential, scope, untilMs: stop.untilMs, state: stop.state });
+    }
+    return stops;
   }
 
   /**
