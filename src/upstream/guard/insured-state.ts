@@ -50,6 +50,8 @@ export class InsuredProviderState implements ProviderState {
    */
   readonly #unreleased = new Map<string, Map<string, number>>();
   readonly #now: () => number;
+  /** Calls charged to budgets here that Redis has not counted yet, by budget key. */
+  readonly #unsent = new Map<string, { query: SpendQuery; calls: number }>();
 
   constructor(redis: RedisProviderState, memory: MemoryProviderState, breakers: NodeBreakers, logger: Logger, clock: Clock) {
     this.#redis = redis;
@@ -139,6 +141,13 @@ export class InsuredProviderState implements ProviderState {
    * upstream's count here goes back now, before other instances fill the windows again.
    */
   reconnected(): void {
+    for (const [key, pending] of this.#unsent) {
+      void this.#insured(
+        this.#budget(pending.query),
+        () => this.#writeBackSpends(key),
+        () => undefined,
+      );
+    }
     for (const upstream of this.#memory.upstreams()) {
       this.#diverge(upstream);
       void this.#insured(
@@ -149,13 +158,48 @@ export class InsuredProviderState implements ProviderState {
     }
   }
 
-  /** Budgets are the fleet's while Redis answers; while it does not, each instance counts its own. */
+  /**
+   * Budgets are the fleet's while Redis answers; while it does not, each instance counts on
+   * from what Redis last said the key had spent. Calls charged here go back to Redis before it
+   * charges the key again, and as soon as the connection is ready again.
+   */
   spend(query: SpendQuery): Spend | Promise<Spend> {
     return this.#insured<Spend>(
       this.#budget(query),
-      async () => ({ ...(await this.#redis.spend(query)), charged: 'shared' }),
-      () => ({ ...this.#memory.spend(query), charged: 'local' }),
+      async () => {
+        await this.#writeBackSpends(this.#redis.budgetKey(query));
+        const spent = await this.#redis.spend(query);
+        this.#memory.noteShared(query, spent.used);
+        return { ...spent, charged: 'shared' };
+      },
+      () => {
+        const spent = this.#memory.spend(query);
+        if (spent.allowed) {
+          const key = this.#redis.budgetKey(query);
+          const pending = this.#unsent.get(key);
+          if (pending === undefined || pending.query.startMs !== query.startMs) this.#unsent.set(key, { query, calls: 1 });
+          else pending.calls++;
+        }
+        return { ...spent, charged: 'local' };
+      },
     );
+  }
+
+  /** Adds the calls charged to a budget here to its count in Redis; each is sent once. */
+  async #writeBackSpends(key: string): Promise<void> {
+    const pending = this.#unsent.get(key);
+    if (pending === undefined) return;
+    this.#unsent.delete(key);
+    if (pending.query.endMs <= this.#now()) return;
+    try {
+      const used = await this.#redis.addSpends(pending.query, pending.calls);
+      this.#memory.noteShared(pending.query, used);
+    } catch (error) {
+      // Not sent: kept for the next try, with any charged meanwhile.
+      const now = this.#unsent.get(key);
+      this.#unsent.set(key, { query: pending.query, calls: pending.calls + (now?.calls ?? 0) });
+      throw error;
+    }
   }
 
   /**
@@ -164,7 +208,12 @@ export class InsuredProviderState implements ProviderState {
    * A refund Redis cannot take now is lost, which errs on the provider's side.
    */
   refund(query: SpendQuery, spent: Spend): void {
-    if (spent.charged === 'local') this.#memory.refund(query);
+    if (spent.charged === 'local') {
+      this.#memory.refund(query);
+      const key = this.#redis.budgetKey(query);
+      const pending = this.#unsent.get(key);
+      if (pending !== undefined && --pending.calls <= 0) this.#unsent.delete(key);
+    }
     else if (this.#budget(query).state !== 'open') this.#redis.refund(query);
   }
 

@@ -142,6 +142,19 @@ export class MemoryProviderState implements ProviderState {
     return { allowed: true, used: budget.used };
   }
 
+  /**
+   * What the shared state said the key's window had spent: the count here goes on from it when
+   * the shared state is away, not from what this instance alone charged.
+   */
+  noteShared(query: SpendQuery, used: number): void {
+    const key = `${query.keyId}\n${query.startMs}`;
+    const budget = this.#budgets.get(key);
+    if (budget === undefined) {
+      this.#forgetEndedBudgets();
+      this.#budgets.set(key, { used, endMs: query.endMs });
+    } else budget.used = Math.max(budget.used, used);
+  }
+
   refund(query: SpendQuery): void {
     const budget = this.#budgets.get(`${query.keyId}\n${query.startMs}`);
     if (budget !== undefined && budget.used > 0) budget.used--;

@@ -372,9 +372,20 @@ if tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then return redis.call('DECR'
 return 0
 `;
 
+/**
+ * Adds calls one instance charged to a budget while Redis was away. Counted whatever the limit:
+ * they were made. KEYS[1] the window's count; ARGV calls, ttl ms.
+ */
+const ADD_SPENDS_SCRIPT = `
+local used = redis.call('INCRBY', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return used
+`;
+
 const ADMIT = 'perchAdmitCall';
 const SPEND = 'perchSpendBudget';
 const REFUND = 'perchRefundBudget';
+const ADD_SPENDS = 'perchAddSpends';
 const OUTCOMES = 'perchThrottleOutcomes';
 const LIFT = 'perchLiftStop';
 const FINISH = 'perchFinishCall';
@@ -391,6 +402,7 @@ interface WithScripts {
   [OUTCOMES](key: string, ...args: (string | number)[]): Promise<[number, number, number]>;
   [SPEND](key: string, limit: number, ttlMs: number): Promise<[number, number]>;
   [REFUND](key: string): Promise<number>;
+  [ADD_SPENDS](key: string, calls: number, ttlMs: number): Promise<number>;
   [WRITE_BACK](recent: string, quota: string, leases: string, ...args: (string | number)[]): Promise<number>;
 }
 
@@ -418,6 +430,7 @@ export class RedisProviderState implements ProviderState {
     client.defineCommand(OUTCOMES, { numberOfKeys: 1, lua: OUTCOMES_SCRIPT });
     client.defineCommand(SPEND, { numberOfKeys: 1, lua: SPEND_SCRIPT });
     client.defineCommand(REFUND, { numberOfKeys: 1, lua: REFUND_SCRIPT });
+    client.defineCommand(ADD_SPENDS, { numberOfKeys: 1, lua: ADD_SPENDS_SCRIPT });
     client.defineCommand(WRITE_BACK, { numberOfKeys: 3, lua: WRITE_BACK_SCRIPT });
     this.#scripts = client as unknown as WithScripts;
     this.#client = client;
@@ -519,6 +532,12 @@ export class RedisProviderState implements ProviderState {
     const ttlMs = Math.max(1, query.endMs - this.#clockNow()) + 86_400_000;
     const [allowed, used] = await this.#scripts[SPEND](this.budgetKey(query), query.limit, ttlMs);
     return { allowed: Number(allowed) === 1, used: Number(used) };
+  }
+
+  /** Writes back `calls` charged to the key's window without Redis; answers the window's count. */
+  async addSpends(query: SpendQuery, calls: number): Promise<number> {
+    const ttlMs = Math.max(1, query.endMs - this.#clockNow()) + 86_400_000;
+    return Number(await this.#scripts[ADD_SPENDS](this.budgetKey(query), calls, ttlMs));
   }
 
   refund(query: SpendQuery): void {
