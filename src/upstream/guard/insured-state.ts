@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type { Clock } from '../../clock.js';
 import type { Logger } from '../../logging/logger.js';
 import type { Breaker } from '../../redis/breaker.js';
@@ -22,6 +23,9 @@ import type { RedisProviderState } from './redis-state.js';
  *   the windows and those in flight) is written back to Redis before Redis admits for it again,
  *   and also as soon as the connection is ready again, since a Redis that restarted lost all of
  *   it.
+ * A Redis that restarted empty (a generation key of the upstream missing or changed after a
+ * reconnection) admits for this instance only within its share for a window, as an outage
+ * does: the other instances' calls are back only once each of them has reconnected.
  * Stops go back the same way: every stop memory still holds for the upstream is written with
  * its end before the calls, so one learned while Redis was away, or lost by a restart, holds
  * for the fleet again once Redis returns.
@@ -50,6 +54,15 @@ export class InsuredProviderState implements ProviderState {
    */
   readonly #unreleased = new Map<string, Map<string, number>>();
   readonly #now: () => number;
+  /** The generation of each upstream's keys last seen in Redis, and its check on this connection. */
+  readonly #generations = new Map<string, string>();
+  readonly #checked = new Map<string, Promise<void>>();
+  /** Upstreams whose Redis came back empty, each until when this instance keeps to its share. */
+  readonly #freshUntil = new Map<string, number>();
+  /** Connections made so far: the first is the start, later ones reconnections. */
+  #readies = 0;
+  /** Each upstream's lease, which bounds how long another instance's call stays in flight. */
+  readonly #leaseMs = new Map<string, number>();
   /** Calls charged to budgets here that Redis has not counted yet, by budget key. */
   readonly #unsent = new Map<string, { query: SpendQuery; calls: number }>();
 
@@ -71,6 +84,7 @@ export class InsuredProviderState implements ProviderState {
     if (local.candidates.length === 0 && local.earliest !== undefined) return { kind: 'stopped', ...local.earliest };
     const free = local.candidates.length === query.candidates.length ? query : { ...query, candidates: local.candidates };
     this.#caps.set(query.upstream, query.cap);
+    this.#leaseMs.set(query.upstream, query.leaseMs);
     return this.#insured(
       this.#upstream(query.upstream),
       () => this.#sharedAdmit(free),
@@ -84,11 +98,51 @@ export class InsuredProviderState implements ProviderState {
   }
 
   async #sharedAdmit(query: AdmitQuery): Promise<Admission> {
+    await this.#check(query.upstream, query.cap, query.leaseMs);
     const writing = this.#writeBack(query.upstream);
     if (writing !== undefined) await writing;
+    const fresh = this.#freshUntil.get(query.upstream);
+    if (fresh !== undefined) {
+      // Redis came back without the fleet's counts, and others may not have written theirs back
+      // yet: this instance keeps to its share, as while Redis was away, until they have aged out.
+      if (fresh <= this.#now()) this.#freshUntil.delete(query.upstream);
+      else {
+        const waitMs = this.#memory.waitMs({ ...query, cap: query.localCap });
+        if (waitMs > 0) return { kind: 'over_cap', waitMs };
+      }
+    }
     const admission = await this.#redis.admit(query);
     if (admission.kind === 'admitted') this.#memory.record({ ...query, cap: query.localCap });
     return admission;
+  }
+
+  /**
+   * Learns the generation of `upstream`'s keys once per connection. One this instance did not
+   * know, or one it had to set itself after a reconnection, is a Redis that came back empty: the
+   * other instances' calls in the windows are missing until each of them writes back, so until
+   * a whole window (and a lease) has passed, this instance admits through Redis only within its
+   * own share (`redis_down_share`), counting its calls before the restart.
+   */
+  #check(upstream: string, cap: CallCap, leaseMs: number): Promise<void> {
+    let checking = this.#checked.get(upstream);
+    if (checking === undefined) {
+      checking = this.#redis.generation(upstream, randomUUID()).then(
+        ({ generation, fresh }) => {
+          const known = this.#generations.get(upstream);
+          if (fresh ? this.#readies > 1 : known !== undefined && known !== generation) {
+            const windowMs = Math.max(cap.rate?.windowMs ?? 0, cap.quota?.windowMs ?? 0, leaseMs);
+            this.#freshUntil.set(upstream, this.#now() + windowMs);
+          }
+          this.#generations.set(upstream, generation);
+        },
+        (error: unknown) => {
+          this.#checked.delete(upstream);
+          throw error;
+        },
+      );
+      this.#checked.set(upstream, checking);
+    }
+    return checking;
   }
 
   /** Writes back what memory counts for `upstream` if Redis may lack it; undefined if not. */
@@ -141,6 +195,8 @@ export class InsuredProviderState implements ProviderState {
    * upstream's count here goes back now, before other instances fill the windows again.
    */
   reconnected(): void {
+    this.#readies++;
+    this.#checked.clear();
     for (const [key, pending] of this.#unsent) {
       void this.#insured(
         this.#budget(pending.query),
@@ -150,9 +206,13 @@ export class InsuredProviderState implements ProviderState {
     }
     for (const upstream of this.#memory.upstreams()) {
       this.#diverge(upstream);
+      const cap = this.#caps.get(upstream);
       void this.#insured(
         this.#upstream(upstream),
-        () => this.#writeBack(upstream) ?? Promise.resolve(),
+        async () => {
+          if (cap !== undefined) await this.#check(upstream, cap, this.#leaseMs.get(upstream) ?? 0);
+          await this.#writeBack(upstream);
+        },
         () => undefined,
       );
     }

@@ -57,6 +57,12 @@ export class MemoryProviderState implements ProviderState {
     return { kind: 'admitted', credential: chosen };
   }
 
+  /** How long until `query.cap` admits a call here, 0 if now; takes no place. */
+  waitMs(query: AdmitQuery): number {
+    const now = this.#clock.now();
+    return waitFor(this.#ledger(query.upstream, query.cap, now), query.cap, now);
+  }
+
   /**
    * Counts a call the shared state admitted in this instance's windows and leases too, so that
    * if the shared state becomes unreachable the fallback starts from what this instance spent,

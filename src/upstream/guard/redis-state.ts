@@ -382,10 +382,23 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return used
 `;
 
+/**
+ * The generation of an upstream's keyspace: set by the first instance to ask after Redis came
+ * back empty. KEYS[1] the generation; ARGV a new one, taken if there is none. Returns it, and 1
+ * if it was just taken.
+ */
+const GENERATION_SCRIPT = `
+local g = redis.call('GET', KEYS[1])
+if g then return {g, 0} end
+redis.call('SET', KEYS[1], ARGV[1])
+return {ARGV[1], 1}
+`;
+
 const ADMIT = 'perchAdmitCall';
 const SPEND = 'perchSpendBudget';
 const REFUND = 'perchRefundBudget';
 const ADD_SPENDS = 'perchAddSpends';
+const GENERATION = 'perchGeneration';
 const OUTCOMES = 'perchThrottleOutcomes';
 const LIFT = 'perchLiftStop';
 const FINISH = 'perchFinishCall';
@@ -403,6 +416,7 @@ interface WithScripts {
   [SPEND](key: string, limit: number, ttlMs: number): Promise<[number, number]>;
   [REFUND](key: string): Promise<number>;
   [ADD_SPENDS](key: string, calls: number, ttlMs: number): Promise<number>;
+  [GENERATION](key: string, candidate: string): Promise<[string, number]>;
   [WRITE_BACK](recent: string, quota: string, leases: string, ...args: (string | number)[]): Promise<number>;
 }
 
@@ -431,6 +445,7 @@ export class RedisProviderState implements ProviderState {
     client.defineCommand(SPEND, { numberOfKeys: 1, lua: SPEND_SCRIPT });
     client.defineCommand(REFUND, { numberOfKeys: 1, lua: REFUND_SCRIPT });
     client.defineCommand(ADD_SPENDS, { numberOfKeys: 1, lua: ADD_SPENDS_SCRIPT });
+    client.defineCommand(GENERATION, { numberOfKeys: 1, lua: GENERATION_SCRIPT });
     client.defineCommand(WRITE_BACK, { numberOfKeys: 3, lua: WRITE_BACK_SCRIPT });
     this.#scripts = client as unknown as WithScripts;
     this.#client = client;
@@ -532,6 +547,15 @@ export class RedisProviderState implements ProviderState {
     const ttlMs = Math.max(1, query.endMs - this.#clockNow()) + 86_400_000;
     const [allowed, used] = await this.#scripts[SPEND](this.budgetKey(query), query.limit, ttlMs);
     return { allowed: Number(allowed) === 1, used: Number(used) };
+  }
+
+  /**
+   * The generation of `upstream`'s keys in Redis, `candidate` if there was none (Redis is new or
+   * restarted empty), and whether it was just set.
+   */
+  async generation(upstream: string, candidate: string): Promise<{ generation: string; fresh: boolean }> {
+    const [generation, fresh] = await this.#scripts[GENERATION](`${this.upstreamKey(upstream)}:generation`, candidate);
+    return { generation: String(generation), fresh: Number(fresh) === 1 };
   }
 
   /** Writes back `calls` charged to the key's window without Redis; answers the window's count. */
