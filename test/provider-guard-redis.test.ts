@@ -12,6 +12,7 @@ import { startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
 import { json, sampleProvider, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
 import { onCleanup } from './helpers/cleanup.js';
+import { startTcpProxy } from './helpers/tcp-proxy.js';
 
 /** A perch instance on `upstream` whose provider guard keeps its state in `redis`. */
 function instance(t: TestContext, redis: TestRedis, upstream: TestUpstream, extra = '', clock?: ManualClock) {
@@ -230,9 +231,9 @@ test('after an outage a call admitted from memory holds its max_concurrent slot 
 });
 
 /** The guard's state as perch builds it (Redis insured by memory), on `clock`, with its parts. */
-function insuredState(t: TestContext, redis: TestRedis, clock: ManualClock) {
+function insuredState(t: TestContext, redis: TestRedis, clock: ManualClock, url = redis.url) {
   // As perch's own client (redis-client.ts): no offline queue, no retries; a short timeout.
-  const client = new Redis(redis.url, { enableOfflineQueue: false, maxRetriesPerRequest: 0, commandTimeout: 200, retryStrategy: () => 50 });
+  const client = new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 0, commandTimeout: 200, retryStrategy: () => 50 });
   client.on('error', () => {});
   onCleanup(t, () => client.disconnect());
   const logs = captureLogs();
@@ -316,4 +317,33 @@ test('a refund goes back to the side that charged the call: Redis, or this insta
   await client.ping();
   assert.equal(await client.get(key), '1', 'Redis never charged it');
   assert.deepEqual(memory.spend(two), { allowed: true, used: 2 }, 'memory had it back');
+});
+
+test('a half-open probe is admitted by Redis only after the write-back of the calls memory admitted meanwhile', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  onCleanup(t, () => redis.thaw());
+  const proxy = await startTcpProxy(t, redis.port);
+  const clock = new ManualClock();
+  const { state, breaker, ready } = insuredState(t, redis, clock, proxy.url);
+  const inspector = new Redis(redis.url);
+  onCleanup(t, () => inspector.disconnect());
+  await ready();
+  const cap = { quota: { requests: 3, windowMs: 600_000 } };
+  const ask = (leaseId: string): AdmitQuery => ({ upstream: 'main', scope: ANY, candidates: ['a'], cap, localCap: cap, leaseId, leaseMs: 60_000, payer: { id: 'k', weight: 1, label: 'k' } });
+  assert.equal((await state.admit(ask('y'))).kind, 'admitted', 'through Redis');
+  redis.freeze();
+  for (let i = 0; i < 5; i++) await state.exchange({ upstream: 'main', slice: 0, slices: 10, sliceMs: 1000, epoch: 0, reset: false, deltas: [] });
+  redis.thaw();
+  assert.equal(breaker.state, 'open');
+  assert.equal((await state.admit(ask('x1'))).kind, 'admitted', 'by memory, the breaker open');
+  clock.advance(2000);
+  const held = proxy.hold();
+  const probe = state.admit(ask('probe'));
+  assert.equal(breaker.state, 'half_open');
+  // The probe's write-back (of y and x1) is on its way; memory admits x2 meanwhile.
+  await waitFor(() => held() > 0);
+  assert.equal((await state.admit(ask('x2'))).kind, 'admitted', 'by memory, the probe in flight');
+  proxy.release();
+  assert.equal((await probe).kind, 'over_cap', 'y, x1 and x2 fill the quota of 3');
+  assert.equal(await inspector.zcard('perch:{up:main}:quota'), 3);
 });

@@ -99,8 +99,9 @@ export class InsuredProviderState implements ProviderState {
 
   async #sharedAdmit(query: AdmitQuery): Promise<Admission> {
     await this.#check(query.upstream, query.cap, query.leaseMs);
-    const writing = this.#writeBack(query.upstream);
-    if (writing !== undefined) await writing;
+    // Again while memory admitted more during the write: a half-open breaker's probe is on its
+    // way here, and the calls memory admits meanwhile must be in Redis before it admits.
+    for (let writing = this.#writeBack(query.upstream); writing !== undefined; writing = this.#writeBack(query.upstream)) await writing;
     const fresh = this.#freshUntil.get(query.upstream);
     if (fresh !== undefined) {
       // Redis came back without the fleet's counts, and others may not have written theirs back
