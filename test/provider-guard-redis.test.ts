@@ -347,3 +347,34 @@ test('a half-open probe is admitted by Redis only after the write-back of the ca
   assert.equal((await probe).kind, 'over_cap', 'y, x1 and x2 fill the quota of 3');
   assert.equal(await inspector.zcard('perch:{up:main}:quota'), 3);
 });
+
+test('every kind of stop recorded while Redis\'s breaker is open goes back to Redis with its end, before Redis admits again', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  onCleanup(t, () => redis.thaw());
+  const clock = new ManualClock();
+  const { client, state, breaker, ready } = insuredState(t, redis, clock);
+  await ready();
+  redis.freeze();
+  for (let i = 0; i < 5; i++) await state.exchange({ upstream: 'main', slice: 0, slices: 10, sliceMs: 1000, epoch: 0, reset: false, deltas: [] });
+  redis.thaw();
+  assert.equal(breaker.state, 'open');
+  const now = clock.now();
+  const stops = [
+    { credential: 'a', scope: ANY, untilMs: now + 60_000, state: 'cooling_down' },
+    { credential: 'b', scope: ANY, untilMs: now + 86_400_000, state: 'usage_capped' },
+    { credential: 'c', scope: 'user', untilMs: now + 3_600_000, state: 'forbidden' },
+  ] as const;
+  for (const stop of stops) await state.stop({ upstream: 'main', ...stop });
+  await state.stop({ upstream: 'other', credential: ANY, scope: ANY, untilMs: now + 30_000, state: 'breaker_open' });
+  assert.deepEqual(await client.keys('perch:{up:*}:stop:*'), [], 'nothing reached Redis while its breaker was open');
+  clock.advance(2000);
+  const ask = (upstream: string, candidates: string[], scope = 'user'): AdmitQuery => ({ upstream, scope, candidates, cap: {}, localCap: {}, leaseId: `l-${upstream}-${candidates.join()}`, leaseMs: 60_000, payer: { id: 'k', weight: 1, label: 'k' } });
+  assert.deepEqual(await state.admit(ask('main', ['d'])), { kind: 'admitted', credential: 'd' }, 'the probe, after the write-back');
+  assert.equal(breaker.state, 'closed');
+  // 'other' asks Redis nothing while its stop holds here: its stop goes back with main's probe.
+  await waitFor(async () => (await client.keys('perch:{up:other}:stop:*')).length === 1);
+  // Another instance, asking Redis alone, is held by each of them until its end.
+  const other = new RedisProviderState(client, { prefix: 'perch:', now: () => clock.now(), commandTimeoutMs: 200 });
+  for (const stop of stops) assert.deepEqual(await other.admit(ask('main', [stop.credential])), { kind: 'stopped', untilMs: stop.untilMs, state: stop.state });
+  assert.deepEqual(await other.admit(ask('other', ['d'])), { kind: 'stopped', untilMs: now + 30_000, state: 'breaker_open' });
+});

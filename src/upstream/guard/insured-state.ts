@@ -85,7 +85,7 @@ export class InsuredProviderState implements ProviderState {
     const free = local.candidates.length === query.candidates.length ? query : { ...query, candidates: local.candidates };
     this.#caps.set(query.upstream, query.cap);
     this.#leaseMs.set(query.upstream, query.leaseMs);
-    return this.#insured(
+    const admission = this.#insured(
       this.#upstream(query.upstream),
       () => this.#sharedAdmit(free),
       () => {
@@ -95,6 +95,22 @@ export class InsuredProviderState implements ProviderState {
         return this.#memory.admit({ ...free, cap: query.localCap });
       },
     );
+    if (!(admission instanceof Promise)) return admission;
+    return admission.then((answer) => {
+      this.#writeBackOthers(query.upstream);
+      return answer;
+    });
+  }
+
+  /**
+   * After an admission asked Redis: what other upstreams owe it goes back too, though their own
+   * calls may not ask it (a stop learned while it was away refuses them here, without asking).
+   */
+  #writeBackOthers(asked: string): void {
+    for (const upstream of this.#diverged.keys()) {
+      if (upstream === asked || this.#writing.has(upstream)) continue;
+      void this.#insured(this.#upstream(upstream), () => this.#writeBack(upstream) ?? Promise.resolve(), () => undefined);
+    }
   }
 
   async #sharedAdmit(query: AdmitQuery): Promise<Admission> {
