@@ -290,8 +290,7 @@ export class InsuredProviderState implements ProviderState {
       const key = this.#redis.budgetKey(query);
       const pending = this.#unsent.get(key);
       if (pending !== undefined && --pending.calls <= 0) this.#unsent.delete(key);
-    }
-    else if (this.#budget(query).state !== 'open') this.#redis.refund(query);
+    } else if (this.#budget(query).state !== 'open') this.#redis.refund(query);
   }
 
   /** The throttle goes on with this instance's own counts while Redis is away. */
