@@ -51,3 +51,30 @@ for (const first of ['A', 'B'] as const) {
     assert.ok(upstream.requests.length <= 10, `at most 10 calls in the window, got ${upstream.requests.length}`);
   });
 }
+
+test('a process started after Redis restarted empty, the others still cut off, keeps to its share for the window', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const proxies = { A: await startTcpProxy(t, redis.port), B: await startTcpProxy(t, redis.port) };
+  const perches = { A: await instance(t, proxies.A, upstream), B: await instance(t, proxies.B, upstream) };
+  const inspector = new Redis(redis.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50 });
+  inspector.on('error', () => {});
+  onCleanup(t, () => inspector.disconnect());
+  assert.deepEqual([...(await misses(perches.A, 1, 5)), ...(await misses(perches.B, 11, 5))], Array<number>(10).fill(200));
+  proxies.A.cut();
+  proxies.B.cut();
+  await redis.kill();
+  await redis.restart();
+  await waitFor(async () => (await inspector.ping().catch(() => '')) === 'PONG', 10_000);
+  // A new process (a replacement, or one more) finds Redis empty and is the first to ask: it
+  // cannot tell this from a fleet's first start, and keeps to its share of the quota.
+  const started = await instance(t, await startTcpProxy(t, redis.port), upstream);
+  const fresh = await misses(started, 100, 8);
+  proxies.A.restore();
+  proxies.B.restore();
+  await waitFor(async () => (await inspector.zcard(QUOTA_KEY)) >= 15, 10_000);
+  const late = [...(await misses(perches.A, 200, 2)), ...(await misses(perches.B, 300, 2)), ...(await misses(started, 400, 2))];
+  t.diagnostic(`the new process admitted ${fresh.filter((s) => s === 200).length}, ${late.filter((s) => s === 200).length} after the others were back; provider calls in the window: ${upstream.requests.length}`);
+  assert.deepEqual(fresh, [...Array<number>(5).fill(200), ...Array<number>(3).fill(429)]);
+  assert.equal(upstream.requests.length, 15, 'each of three instances its share: 5 + 5 + 5');
+});

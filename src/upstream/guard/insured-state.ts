@@ -59,8 +59,6 @@ export class InsuredProviderState implements ProviderState {
   readonly #checked = new Map<string, Promise<void>>();
   /** Upstreams whose Redis came back empty, each until when this instance keeps to its share. */
   readonly #freshUntil = new Map<string, number>();
-  /** Connections made so far: the first is the start, later ones reconnections. */
-  #readies = 0;
   /** Each upstream's lease, which bounds how long another instance's call stays in flight. */
   readonly #leaseMs = new Map<string, number>();
   /** Calls charged to budgets here that Redis has not counted yet, by budget key. */
@@ -138,18 +136,22 @@ export class InsuredProviderState implements ProviderState {
    * know, or one it had to set itself after a reconnection, is a Redis that came back empty: the
    * other instances' calls in the windows are missing until each of them writes back, so until
    * a whole window (and a lease) has passed, this instance admits through Redis only within its
-   * own share (`redis_down_share`), counting its calls before the restart.
+   * own share (`redis_down_share`), counting its calls before the restart. An instance that
+   * meets the generation for the first time (it started, or never asked for the upstream, since
+   * the restart) cannot tell a restart from a fleet's first start: while the generation is
+   * younger than that window it keeps to its share too, with nothing of its own to count.
    */
   #check(upstream: string, cap: CallCap, leaseMs: number): Promise<void> {
     let checking = this.#checked.get(upstream);
     if (checking === undefined) {
       checking = this.#redis.generation(upstream, randomUUID()).then(
-        ({ generation, fresh }) => {
+        ({ generation, fresh, ageMs }) => {
           const known = this.#generations.get(upstream);
-          if (fresh ? this.#readies > 1 : known !== undefined && known !== generation) {
-            const windowMs = Math.max(cap.rate?.windowMs ?? 0, cap.quota?.windowMs ?? 0, leaseMs);
-            this.#freshUntil.set(upstream, this.#now() + windowMs);
-          }
+          const windowMs = Math.max(cap.rate?.windowMs ?? 0, cap.quota?.windowMs ?? 0, leaseMs);
+          let untilMs: number | undefined;
+          if (known === undefined) untilMs = ageMs < windowMs ? this.#now() + windowMs - ageMs : undefined;
+          else if (fresh || known !== generation) untilMs = this.#now() + windowMs;
+          if (untilMs !== undefined) this.#freshUntil.set(upstream, Math.max(untilMs, this.#freshUntil.get(upstream) ?? 0));
           this.#generations.set(upstream, generation);
         },
         (error: unknown) => {
@@ -212,7 +214,6 @@ export class InsuredProviderState implements ProviderState {
    * upstream's count here goes back now, before other instances fill the windows again.
    */
   reconnected(): void {
-    this.#readies++;
     this.#checked.clear();
     for (const [key, pending] of this.#unsent) {
       void this.#insured(

@@ -384,14 +384,21 @@ return used
 
 /**
  * The generation of an upstream's keyspace: set by the first instance to ask after Redis came
- * back empty. KEYS[1] the generation; ARGV a new one, taken if there is none. Returns it, and 1
- * if it was just taken.
+ * back empty (or first started), with Redis's time then. KEYS[1] the generation; ARGV a new one,
+ * taken if there is none. Returns it, 1 if it was just taken, and its age in ms (a generation
+ * written without a time is as old as can be).
  */
 const GENERATION_SCRIPT = `
+local time = redis.call('TIME')
+local rnow = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local g = redis.call('GET', KEYS[1])
-if g then return {g, 0} end
-redis.call('SET', KEYS[1], ARGV[1])
-return {ARGV[1], 1}
+if g then
+  local at = tonumber(string.match(g, ' (%d+)$') or '0')
+  return {g, 0, rnow - at}
+end
+local v = ARGV[1] .. ' ' .. rnow
+redis.call('SET', KEYS[1], v)
+return {v, 1, 0}
 `;
 
 const ADMIT = 'perchAdmitCall';
@@ -416,7 +423,7 @@ interface WithScripts {
   [SPEND](key: string, limit: number, ttlMs: number): Promise<[number, number]>;
   [REFUND](key: string): Promise<number>;
   [ADD_SPENDS](key: string, calls: number, ttlMs: number): Promise<number>;
-  [GENERATION](key: string, candidate: string): Promise<[string, number]>;
+  [GENERATION](key: string, candidate: string): Promise<[string, number, number]>;
   [WRITE_BACK](recent: string, quota: string, leases: string, ...args: (string | number)[]): Promise<number>;
 }
 
@@ -551,11 +558,11 @@ export class RedisProviderState implements ProviderState {
 
   /**
    * The generation of `upstream`'s keys in Redis, `candidate` if there was none (Redis is new or
-   * restarted empty), and whether it was just set.
+   * restarted empty), whether it was just set, and how long ago it was set, in ms.
    */
-  async generation(upstream: string, candidate: string): Promise<{ generation: string; fresh: boolean }> {
-    const [generation, fresh] = await this.#scripts[GENERATION](`${this.upstreamKey(upstream)}:generation`, candidate);
-    return { generation: String(generation), fresh: Number(fresh) === 1 };
+  async generation(upstream: string, candidate: string): Promise<{ generation: string; fresh: boolean; ageMs: number }> {
+    const [generation, fresh, ageMs] = await this.#scripts[GENERATION](`${this.upstreamKey(upstream)}:generation`, candidate);
+    return { generation: String(generation), fresh: Number(fresh) === 1, ageMs: Number(ageMs) };
   }
 
   /** Writes back `calls` charged to the key's window without Redis; answers the window's count. */
