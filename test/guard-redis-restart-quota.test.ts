@@ -78,3 +78,28 @@ test('a process started after Redis restarted empty, the others still cut off, k
   assert.deepEqual(fresh, [...Array<number>(5).fill(200), ...Array<number>(3).fill(429)]);
   assert.equal(upstream.requests.length, 15, 'each of three instances its share: 5 + 5 + 5');
 });
+
+test('misses asking together the first instance back after an empty restart are admitted within its share, not beyond', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const proxies = { A: await startTcpProxy(t, redis.port), B: await startTcpProxy(t, redis.port) };
+  const perches = { A: await instance(t, proxies.A, upstream), B: await instance(t, proxies.B, upstream) };
+  const inspector = new Redis(redis.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50 });
+  inspector.on('error', () => {});
+  onCleanup(t, () => inspector.disconnect());
+  // 1 + 5: A may spend 4 more of its share of 5 before B is back.
+  assert.deepEqual([...(await misses(perches.A, 1, 1)), ...(await misses(perches.B, 11, 5))], Array<number>(6).fill(200));
+  proxies.A.cut();
+  proxies.B.cut();
+  await redis.kill();
+  await redis.restart();
+  await waitFor(async () => (await inspector.ping().catch(() => '')) === 'PONG', 10_000);
+  proxies.A.restore();
+  await waitFor(async () => (await inspector.zcard(QUOTA_KEY)) === 1, 10_000);
+  const burst = await Promise.all(Array.from({ length: 10 }, (_, i) => perches.A.request(`/v1/users/${100 + i}`).then((r) => r.status)));
+  proxies.B.restore();
+  await waitFor(async () => (await inspector.zcard(QUOTA_KEY)) >= 10, 10_000);
+  t.diagnostic(`A admitted ${burst.filter((s) => s === 200).length} of 10 asking together; provider calls in the window: ${upstream.requests.length}`);
+  assert.equal(burst.filter((s) => s === 200).length, 4);
+  assert.equal(upstream.requests.length, 10);
+});

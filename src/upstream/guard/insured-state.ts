@@ -59,6 +59,8 @@ export class InsuredProviderState implements ProviderState {
   readonly #checked = new Map<string, Promise<void>>();
   /** Upstreams whose Redis came back empty, each until when this instance keeps to its share. */
   readonly #freshUntil = new Map<string, number>();
+  /** The latest admission asked within the share, per upstream: the next waits for it. */
+  readonly #turns = new Map<string, Promise<void>>();
   /** Each upstream's lease, which bounds how long another instance's call stays in flight. */
   readonly #leaseMs = new Map<string, number>();
   /** Calls charged to budgets here that Redis has not counted yet, by budget key. */
@@ -118,17 +120,46 @@ export class InsuredProviderState implements ProviderState {
     for (let writing = this.#writeBack(query.upstream); writing !== undefined; writing = this.#writeBack(query.upstream)) await writing;
     const fresh = this.#freshUntil.get(query.upstream);
     if (fresh !== undefined) {
-      // Redis came back without the fleet's counts, and others may not have written theirs back
-      // yet: this instance keeps to its share, as while Redis was away, until they have aged out.
-      if (fresh <= this.#now()) this.#freshUntil.delete(query.upstream);
-      else {
-        const waitMs = this.#memory.waitMs({ ...query, cap: query.localCap });
-        if (waitMs > 0) return { kind: 'over_cap', waitMs };
-      }
+      if (fresh > this.#now()) return this.#inTurn(query.upstream, () => this.#admitWithinShare(query));
+      this.#freshUntil.delete(query.upstream);
     }
+    return this.#admitShared(query);
+  }
+
+  async #admitShared(query: AdmitQuery): Promise<Admission> {
     const admission = await this.#redis.admit(query);
     if (admission.kind === 'admitted') this.#memory.record({ ...query, cap: query.localCap });
     return admission;
+  }
+
+  /**
+   * Redis came back without the fleet's counts, and others may not have written theirs back
+   * yet: this instance keeps to its share, as while Redis was away, until they have aged out.
+   * One admission at a time (`#inTurn`): memory counts a call only once Redis has admitted it,
+   * so misses asking together would each find the share free and all be admitted.
+   */
+  async #admitWithinShare(query: AdmitQuery): Promise<Admission> {
+    const fresh = this.#freshUntil.get(query.upstream);
+    if (fresh !== undefined && fresh > this.#now()) {
+      const waitMs = this.#memory.waitMs({ ...query, cap: query.localCap });
+      if (waitMs > 0) return { kind: 'over_cap', waitMs };
+    }
+    return this.#admitShared(query);
+  }
+
+  /** Runs `work` after the upstream's earlier turns have ended, however they ended. */
+  #inTurn<T>(upstream: string, work: () => Promise<T>): Promise<T> {
+    const previous = this.#turns.get(upstream) ?? Promise.resolve();
+    const turn = previous.then(work);
+    const done = turn.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.#turns.set(upstream, done);
+    void done.then(() => {
+      if (this.#turns.get(upstream) === done) this.#turns.delete(upstream);
+    });
+    return turn;
   }
 
   /**
