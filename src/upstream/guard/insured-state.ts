@@ -120,8 +120,10 @@ export class InsuredProviderState implements ProviderState {
     for (let writing = this.#writeBack(query.upstream); writing !== undefined; writing = this.#writeBack(query.upstream)) await writing;
     const fresh = this.#freshUntil.get(query.upstream);
     if (fresh !== undefined) {
-      if (fresh > this.#now()) return this.#inTurn(query.upstream, () => this.#admitWithinShare(query));
-      this.#freshUntil.delete(query.upstream);
+      // A share of 1 (the default) is the whole cap: nothing to keep to, no turns to take.
+      if (fresh > this.#now()) {
+        if (!sameCap(query.cap, query.localCap)) return this.#inTurn(query.upstream, () => this.#admitWithinShare(query));
+      } else this.#freshUntil.delete(query.upstream);
     }
     return this.#admitShared(query);
   }
@@ -404,4 +406,15 @@ export class InsuredProviderState implements ProviderState {
   }
 
   async close(): Promise<void> {}
+}
+
+/** Whether two caps admit alike: a `redis_down_share` of 1 compiles the shared cap again. */
+function sameCap(a: CallCap, b: CallCap): boolean {
+  return (
+    a.rate?.perSecond === b.rate?.perSecond &&
+    a.rate?.burst === b.rate?.burst &&
+    a.rate?.windowLimit === b.rate?.windowLimit &&
+    a.quota?.requests === b.quota?.requests &&
+    a.maxConcurrent === b.maxConcurrent
+  );
 }
