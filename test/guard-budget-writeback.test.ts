@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { Redis } from 'ioredis';
 import { onCleanup } from './helpers/cleanup.js';
-import { KEY, startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
+import { KEY, OTHER_KEY, startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
 import { startRedis } from './helpers/redis-server.js';
 import { startTcpProxy } from './helpers/tcp-proxy.js';
 import { sampleProvider, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
@@ -63,4 +63,40 @@ test('one instance cut off from Redis after 3 of 5 spent: its spends go back, th
   t.diagnostic(`A while cut off: ${ok(cutOff)}; B after: ${ok(after)}; provider calls in all: ${upstream.requests.length}`);
   assert.equal(ok(after), 0);
   assert.equal(upstream.requests.length, LIMIT);
+});
+
+test('Redis frozen long enough for its breaker to open: the spends charged meanwhile go back once any call reaches Redis again', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  // Both keys metered: B's misses open A's breaker while Redis is frozen, and close it after.
+  const yaml = (url: string) =>
+    testConfig(v1('main', upstream.url), `rate_limits_redis: { url: "${url}", command_timeout_ms: 300 }`)
+      .replace(`{ id: alpha, key: "${KEY}", plan: big }`, `{ id: alpha, key: "${KEY}", plan: metered }`)
+      .replace(`{ id: bravo, key: "${OTHER_KEY}", plan: big }`, `{ id: bravo, key: "${OTHER_KEY}", plan: roomy }`)
+      .replace(
+        'rate_limits:\n',
+        `rate_limits:\n  metered: { capacity: 100000, refill_per_second: 100000, provider_calls: { limit: ${LIMIT}, window: day } }\n  roomy: { capacity: 100000, refill_per_second: 100000, provider_calls: { limit: 1000, window: day } }\n`,
+      );
+  const a = await startPerch(t, yaml(redis.url));
+  const b = await startPerch(t, yaml(redis.url));
+  const inspector = new Redis(redis.url);
+  onCleanup(t, () => inspector.disconnect());
+  onCleanup(t, () => redis.thaw());
+  assert.deepEqual(await misses(a, 1, 3), [200, 200, 200]);
+  const alphaKey = (await inspector.keys('*budget*'))[0]!;
+  redis.freeze();
+  // Bravo's charges time out: A's breaker opens, and alpha's are charged in memory without a word to Redis.
+  for (let i = 0; i < 6; i++) await a.request(`/v1/users/${50 + i}`, { key: OTHER_KEY });
+  assert.equal(ok(await misses(a, 100, 4)), 2);
+  redis.thaw();
+  // Bravo's next miss on A reaches Redis again; alpha's charges must follow it there.
+  let next = 1000;
+  await waitFor(async () => {
+    await a.request(`/v1/users/${next++}`, { key: OTHER_KEY });
+    return a.logs.text().includes('Redis answers again');
+  }, 10_000);
+  await waitFor(async () => (await inspector.get(alphaKey)) === String(LIMIT), 5000);
+  const after = await misses(b, 200, 4);
+  t.diagnostic(`alpha's count in Redis: ${await inspector.get(alphaKey)}; B after: ${ok(after)}; alpha's provider calls: ${3 + 2 + ok(after)}`);
+  assert.equal(ok(after), 0);
 });

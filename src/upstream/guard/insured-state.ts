@@ -98,6 +98,7 @@ export class InsuredProviderState implements ProviderState {
     if (!(admission instanceof Promise)) return admission;
     return admission.then((answer) => {
       this.#writeBackOthers(query.upstream);
+      this.#writeBackOtherSpends();
       return answer;
     });
   }
@@ -278,9 +279,11 @@ export class InsuredProviderState implements ProviderState {
     return this.#insured<Spend>(
       this.#budget(query),
       async () => {
-        await this.#writeBackSpends(this.#redis.budgetKey(query));
+        const key = this.#redis.budgetKey(query);
+        await this.#writeBackSpends(key);
         const spent = await this.#redis.spend(query);
         this.#memory.noteShared(query, spent.used);
+        this.#writeBackOtherSpends(key);
         return { ...spent, charged: 'shared' };
       },
       () => {
@@ -294,6 +297,22 @@ export class InsuredProviderState implements ProviderState {
         return { ...spent, charged: 'local' };
       },
     );
+  }
+
+  /**
+   * After Redis answered again: the other keys' charges made here go back too. A Redis that was
+   * frozen, not restarted, gives no new connection to write them back on, and a key this
+   * instance charges no more would otherwise keep them here while other instances charge it.
+   */
+  #writeBackOtherSpends(asked?: string): void {
+    for (const [key, pending] of this.#unsent) {
+      if (key === asked) continue;
+      void this.#insured(
+        this.#budget(pending.query),
+        () => this.#writeBackSpends(key),
+        () => undefined,
+      );
+    }
   }
 
   /** Adds the calls charged to a budget here to its count in Redis; each is sent once. */
