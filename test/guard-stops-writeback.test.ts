@@ -114,3 +114,19 @@ async function restartEmpty(redis: TestRedis, inspector: Redis): Promise<void> {
   await redis.restart();
   await waitFor(async () => (await inspector.ping().catch(() => '')) === 'PONG', 10_000);
 }
+
+test('a 429 learned while Redis was frozen and this instance\'s breaker open holds for the other instance once Redis thaws', { timeout: 30_000 }, async (t) => {
+  const { redis, upstream, a, b, inspector } = await fleet(t);
+  onCleanup(t, () => redis.thaw());
+  assert.equal((await a.request('/v1/users/1')).status, 200);
+  redis.freeze();
+  // A's admissions time out: its breaker opens, and what A learns next stays in its memory.
+  for (let i = 0; i < 6; i++) await a.request(`/v1/users/${10 + i}`);
+  await stopA(upstream, a, 3);
+  redis.thaw();
+  await waitFor(async () => (await inspector.ping().catch(() => '')) === 'PONG', 10_000);
+  // A's next miss is refused by its own stop, without asking Redis: the stop goes back then.
+  assert.equal((await a.request('/v1/users/4')).status, 429);
+  await waitFor(async () => (await inspector.keys(STOP_KEYS)).length > 0, 10_000);
+  await assertBStopped(upstream, b);
+});

@@ -1,12 +1,16 @@
 import { randomUUID } from 'node:crypto';
 import type { Clock } from '../../clock.js';
 import type { Logger } from '../../logging/logger.js';
+import type { Timers } from '../../timers.js';
 import type { Breaker } from '../../redis/breaker.js';
 import type { NodeBreakers } from '../../redis/node-breakers.js';
 import { insured, SwitchLog } from '../../redis/insurance.js';
 import type { MemoryProviderState } from './memory-state.js';
 import type { Admission, AdmitQuery, CallCap, HeldCall, OutcomeReport, OutcomeTotals, ProviderState, Spend, SpendQuery, Stop, StopState } from './provider-state.js';
 import type { RedisProviderState } from './redis-state.js';
+
+/** How often what Redis is owed is tried again while nothing else sends it. */
+const RETRY_MS = 1000;
 
 /**
  * The fleet's shared state while Redis answers, this instance's own while it does not. Without
@@ -66,8 +70,14 @@ export class InsuredProviderState implements ProviderState {
   /** Calls charged to budgets here that Redis has not counted yet, by budget key. */
   readonly #unsent = new Map<string, { query: SpendQuery; calls: number }>();
 
-  constructor(redis: RedisProviderState, memory: MemoryProviderState, breakers: NodeBreakers, logger: Logger, clock: Clock) {
+  /** Retries what Redis is owed while nothing else would send it; absent, nothing retries. */
+  readonly #timers: Timers | undefined;
+  #retrying = false;
+  #cancelRetry: (() => void) | undefined;
+
+  constructor(redis: RedisProviderState, memory: MemoryProviderState, breakers: NodeBreakers, logger: Logger, clock: Clock, timers?: Timers) {
     this.#redis = redis;
+    this.#timers = timers;
     this.#now = () => clock.now();
     this.#memory = memory;
     this.#breakers = breakers;
@@ -107,7 +117,7 @@ export class InsuredProviderState implements ProviderState {
    * After an admission asked Redis: what other upstreams owe it goes back too, though their own
    * calls may not ask it (a stop learned while it was away refuses them here, without asking).
    */
-  #writeBackOthers(asked: string): void {
+  #writeBackOthers(asked?: string): void {
     for (const upstream of this.#diverged.keys()) {
       if (upstream === asked || this.#writing.has(upstream)) continue;
       void this.#insured(this.#upstream(upstream), () => this.#writeBack(upstream) ?? Promise.resolve(), () => undefined);
@@ -241,6 +251,27 @@ export class InsuredProviderState implements ProviderState {
 
   #diverge(upstream: string): void {
     this.#diverged.set(upstream, ++this.#generation);
+    this.#retryLater();
+  }
+
+  /**
+   * While Redis is owed calls, stops or spends, tries to send them every `RETRY_MS`. A Redis
+   * that was frozen and thaws gives no new connection to send them on, and an instance whose
+   * misses its own stop refuses (or that serves only hits) would not ask Redis again: the other
+   * instances would call through the stop, or charge the key again, meanwhile. Each try is
+   * an ask of the breaker: none while it is open, the probe once it may be half-open.
+   */
+  #retryLater(): void {
+    if (this.#timers === undefined || this.#retrying) return;
+    this.#retrying = true;
+    this.#cancelRetry = this.#timers.after(RETRY_MS, () => {
+      this.#retrying = false;
+      this.#cancelRetry = undefined;
+      if (this.#diverged.size === 0 && this.#unsent.size === 0) return;
+      this.#writeBackOthers();
+      this.#writeBackOtherSpends();
+      this.#retryLater();
+    });
   }
 
   /**
@@ -293,6 +324,7 @@ export class InsuredProviderState implements ProviderState {
           const pending = this.#unsent.get(key);
           if (pending === undefined || pending.query.startMs !== query.startMs) this.#unsent.set(key, { query, calls: 1 });
           else pending.calls++;
+          this.#retryLater();
         }
         return { ...spent, charged: 'local' };
       },
@@ -328,6 +360,7 @@ export class InsuredProviderState implements ProviderState {
       // Not sent: kept for the next try, with any charged meanwhile.
       const now = this.#unsent.get(key);
       this.#unsent.set(key, { query: pending.query, calls: pending.calls + (now?.calls ?? 0) });
+      this.#retryLater();
       throw error;
     }
   }
@@ -424,7 +457,9 @@ export class InsuredProviderState implements ProviderState {
     );
   }
 
-  async close(): Promise<void> {}
+  async close(): Promise<void> {
+    this.#cancelRetry?.();
+  }
 }
 
 /** Whether two caps admit alike: a `redis_down_share` of 1 compiles the shared cap again. */
