@@ -12,6 +12,7 @@ import { startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
 import { json, sampleProvider, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
 import { onCleanup } from './helpers/cleanup.js';
+import { startTcpProxy } from './helpers/tcp-proxy.js';
 
 /** A perch instance on `upstream` whose provider guard keeps its state in `redis`. */
 function instance(t: TestContext, redis: TestRedis, upstream: TestUpstream, extra = '', clock?: ManualClock) {
@@ -230,9 +231,9 @@ test('after an outage a call admitted from memory holds its max_concurrent slot 
 });
 
 /** The guard's state as perch builds it (Redis insured by memory), on `clock`, with its parts. */
-function insuredState(t: TestContext, redis: TestRedis, clock: ManualClock) {
+function insuredState(t: TestContext, redis: TestRedis, clock: ManualClock, url = redis.url) {
   // As perch's own client (redis-client.ts): no offline queue, no retries; a short timeout.
-  const client = new Redis(redis.url, { enableOfflineQueue: false, maxRetriesPerRequest: 0, commandTimeout: 200, retryStrategy: () => 50 });
+  const client = new Redis(url, { enableOfflineQueue: false, maxRetriesPerRequest: 0, commandTimeout: 200, retryStrategy: () => 50 });
   client.on('error', () => {});
   onCleanup(t, () => client.disconnect());
   const logs = captureLogs();
@@ -308,13 +309,74 @@ test('a refund goes back to the side that charged the call: Redis, or this insta
   state.refund(query, inRedis);
   await client.ping();
   assert.equal(await client.get(key), '0');
-  const one: SpendQuery = { ...query, limit: 1 };
-  assert.deepEqual(memory.spend(one), { allowed: false, used: 1 }, 'memory keeps the call it charged');
+  // Memory counts on from what Redis said (1), so its own call is the second.
+  const two: SpendQuery = { ...query, limit: 2 };
+  assert.deepEqual(memory.spend(two), { allowed: false, used: 2 }, 'memory keeps the call it charged');
   await client.set(key, '1');
   state.refund(query, inMemory);
   await client.ping();
   assert.equal(await client.get(key), '1', 'Redis never charged it');
-  assert.deepEqual(memory.spend(one), { allowed: true, used: 1 }, 'memory had it back');
+  assert.deepEqual(memory.spend(two), { allowed: true, used: 2 }, 'memory had it back');
+});
+
+test('a half-open probe is admitted by Redis only after the write-back of the calls memory admitted meanwhile', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  onCleanup(t, () => redis.thaw());
+  const proxy = await startTcpProxy(t, redis.port);
+  const clock = new ManualClock();
+  const { state, breaker, ready } = insuredState(t, redis, clock, proxy.url);
+  const inspector = new Redis(redis.url);
+  onCleanup(t, () => inspector.disconnect());
+  await ready();
+  const cap = { quota: { requests: 3, windowMs: 600_000 } };
+  const ask = (leaseId: string): AdmitQuery => ({ upstream: 'main', scope: ANY, candidates: ['a'], cap, localCap: cap, leaseId, leaseMs: 60_000, payer: { id: 'k', weight: 1, label: 'k' } });
+  assert.equal((await state.admit(ask('y'))).kind, 'admitted', 'through Redis');
+  redis.freeze();
+  for (let i = 0; i < 5; i++) await state.exchange({ upstream: 'main', slice: 0, slices: 10, sliceMs: 1000, epoch: 0, reset: false, deltas: [] });
+  redis.thaw();
+  assert.equal(breaker.state, 'open');
+  assert.equal((await state.admit(ask('x1'))).kind, 'admitted', 'by memory, the breaker open');
+  clock.advance(2000);
+  const held = proxy.hold();
+  const probe = state.admit(ask('probe'));
+  assert.equal(breaker.state, 'half_open');
+  // The probe's write-back (of y and x1) is on its way; memory admits x2 meanwhile.
+  await waitFor(() => held() > 0);
+  assert.equal((await state.admit(ask('x2'))).kind, 'admitted', 'by memory, the probe in flight');
+  proxy.release();
+  assert.equal((await probe).kind, 'over_cap', 'y, x1 and x2 fill the quota of 3');
+  assert.equal(await inspector.zcard('perch:{up:main}:quota'), 3);
+});
+
+test('every kind of stop recorded while Redis\'s breaker is open goes back to Redis with its end, before Redis admits again', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  onCleanup(t, () => redis.thaw());
+  const clock = new ManualClock();
+  const { client, state, breaker, ready } = insuredState(t, redis, clock);
+  await ready();
+  redis.freeze();
+  for (let i = 0; i < 5; i++) await state.exchange({ upstream: 'main', slice: 0, slices: 10, sliceMs: 1000, epoch: 0, reset: false, deltas: [] });
+  redis.thaw();
+  assert.equal(breaker.state, 'open');
+  const now = clock.now();
+  const stops = [
+    { credential: 'a', scope: ANY, untilMs: now + 60_000, state: 'cooling_down' },
+    { credential: 'b', scope: ANY, untilMs: now + 86_400_000, state: 'usage_capped' },
+    { credential: 'c', scope: 'user', untilMs: now + 3_600_000, state: 'forbidden' },
+  ] as const;
+  for (const stop of stops) await state.stop({ upstream: 'main', ...stop });
+  await state.stop({ upstream: 'other', credential: ANY, scope: ANY, untilMs: now + 30_000, state: 'breaker_open' });
+  assert.deepEqual(await client.keys('perch:{up:*}:stop:*'), [], 'nothing reached Redis while its breaker was open');
+  clock.advance(2000);
+  const ask = (upstream: string, candidates: string[], scope = 'user'): AdmitQuery => ({ upstream, scope, candidates, cap: {}, localCap: {}, leaseId: `l-${upstream}-${candidates.join()}`, leaseMs: 60_000, payer: { id: 'k', weight: 1, label: 'k' } });
+  assert.deepEqual(await state.admit(ask('main', ['d'])), { kind: 'admitted', credential: 'd' }, 'the probe, after the write-back');
+  assert.equal(breaker.state, 'closed');
+  // 'other' asks Redis nothing while its stop holds here: its stop goes back with main's probe.
+  await waitFor(async () => (await client.keys('perch:{up:other}:stop:*')).length === 1);
+  // Another instance, asking Redis alone, is held by each of them until its end.
+  const other = new RedisProviderState(client, { prefix: 'perch:', now: () => clock.now(), commandTimeoutMs: 200 });
+  for (const stop of stops) assert.deepEqual(await other.admit(ask('main', [stop.credential])), { kind: 'stopped', untilMs: stop.untilMs, state: stop.state });
+  assert.deepEqual(await other.admit(ask('other', ['d'])), { kind: 'stopped', untilMs: now + 30_000, state: 'breaker_open' });
 });
 
 test('a reconnection to a Redis that kept its calls writes none of them back twice', { timeout: 20_000 }, async (t) => {
@@ -341,6 +403,11 @@ test('a reconnection to a Redis that kept its calls writes none of them back twi
 test('a Redis restarted empty gets back every call an instance had Redis admit, beyond its redis_down_share', { timeout: 20_000 }, async (t) => {
   const redis = await startRedis(t);
   const upstream = await startUpstream(t, sampleProvider);
+  const inspector = new Redis(redis.url);
+  onCleanup(t, () => inspector.disconnect());
+  // A keyspace older than the window (a generation with no time is as old as can be), so A may
+  // spend past its share before the restart, as an instance of a long-running fleet can.
+  await inspector.set('perch:{up:main}:generation', 'seed');
   const extra = `${QUOTA}, redis_down_share: 0.5`;
   const a = await instance(t, redis, upstream, extra);
   const b = await instance(t, redis, upstream, extra);
@@ -348,13 +415,10 @@ test('a Redis restarted empty gets back every call an instance had Redis admit, 
   assert.deepEqual(await misses([a], 1, 8), Array<number>(8).fill(200));
   await redis.kill();
   await redis.restart();
-  const inspector = new Redis(redis.url);
-  onCleanup(t, () => inspector.disconnect());
-  await waitFor(async () => (await inspector.zcard('perch:{up:main}:quota')) >= 5);
-  // A's next miss Redis admits waits for the write-back: Redis holds its 8 calls and this one.
-  let next = 100;
-  await waitFor(async () => (await a.request(`/v1/users/${next++}`)).status === 200);
-  assert.equal(await inspector.zcard('perch:{up:main}:quota'), 9);
-  assert.deepEqual(await misses([b], 200, 3), [200, 429, 429]);
+  // A writes back all 8 calls Redis admitted for it, not only its share of 5.
+  await waitFor(async () => (await inspector.zcard('perch:{up:main}:quota')) >= 8);
+  assert.equal(await inspector.zcard('perch:{up:main}:quota'), 8);
+  // So the fleet has 2 left: B, within its own share of 5, gets those 2 and no more.
+  assert.deepEqual(await misses([b], 200, 3), [200, 200, 429]);
   assert.equal(upstream.requests.length, 10);
 });

@@ -88,7 +88,7 @@ export function createPerch(options: PerchOptions): Perch {
   const redis = openRedis(config, { clock, logger });
   const tiers = createCache(config, { clock, logger, ...(redis.cache === undefined ? {} : { redis: redis.cache }) });
   const rateLimits = new RateLimits(config, { clock, timers, logger, ...(redis.limits === undefined ? {} : { redis: redis.limits }) });
-  const providerState = createProviderState({ clock, logger, ...(redis.providerGuard === undefined ? {} : { redis: redis.providerGuard }) });
+  const providerState = createProviderState({ clock, timers, logger, ...(redis.providerGuard === undefined ? {} : { redis: redis.providerGuard }) });
   const budgets = new BudgetBook(clock);
   const settings = tracingSettings(config.tracing, options.env ?? {});
   const tracing = settings === undefined ? undefined : createTracing(settings, { clock, logger, exportDelayMs: options.traceExportDelayMs, exportBatchSize: options.traceExportBatchSize });
@@ -188,6 +188,7 @@ export function createPerch(options: PerchOptions): Perch {
       // Leased tokens this instance will not spend: the other instances may.
       await within(rateLimits.close(), deadline - performance.now());
       tiers.cache.close();
+      await providerState.close();
       await redis.close();
     },
   };

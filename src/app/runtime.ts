@@ -10,6 +10,7 @@ import type { PerchMetrics } from '../metrics/metrics.js';
 import type { Timers } from '../timers.js';
 import type { BudgetBook } from '../upstream/budget-book.js';
 import type { ProviderState } from '../upstream/guard/provider-state.js';
+import { GuardQueues } from '../upstream/guard.js';
 import { UpstreamSet } from '../upstream/upstream-set.js';
 import { restartNeeded } from './reload-scope.js';
 
@@ -64,6 +65,8 @@ export class Runtime {
   /** The configuration the process started with: what the settings a reload cannot change run at. */
   readonly #started: Config;
   readonly #options: RuntimeOptions;
+  /** Waiters outlive the upstream set they queued in: a reload's caps apply to them at once. */
+  readonly #queues = new GuardQueues();
   #reload: ReloadStatus;
 
   constructor(config: Config, options: RuntimeOptions) {
@@ -122,6 +125,7 @@ export class Runtime {
 
   #build(config: Config, previous: RuntimeSnapshot | undefined): RuntimeSnapshot {
     const { clock, timers, logger, dispatchers, metrics, providerState, random, budgets } = this.#options;
+    const queues = this.#queues;
     return {
       config,
       keys: new KeyStore(config.auth.keys, { clock, logger, list: 'auth.keys', ...(previous === undefined ? {} : { previous: previous.keys }) }),
@@ -136,7 +140,7 @@ export class Runtime {
               { clock, logger, list: 'admin.keys', ...(previous?.adminKeys === undefined ? {} : { previous: previous.adminKeys }) },
             ),
           }),
-      upstreams: new UpstreamSet(config, { clock, timers, logger, state: providerState, dispatchers, metrics, random, budgets }),
+      upstreams: new UpstreamSet(config, { clock, timers, logger, state: providerState, dispatchers, metrics, random, budgets, queues }),
     };
   }
 

@@ -10,7 +10,7 @@ import type { BudgetBook } from './budget-book.js';
 import { createCredentialPool } from './credential-pool.js';
 import { NO_EVENTS, type BreakerState, type CredentialState, type UpstreamEvents } from './events.js';
 import { createFixtureUpstream } from './fixture/fixture-upstream.js';
-import { createGuard } from './guard.js';
+import { createGuard, type GuardQueues } from './guard.js';
 import { X_SHARED_WINDOWS } from './x-v2/replies-source.js';
 import { keyStopsBySecret } from './guard/credential-keyed-state.js';
 import { ANY, type ProviderState, type StopState } from './guard/provider-state.js';
@@ -56,6 +56,8 @@ export interface ChainOptions {
   readonly random?: () => number;
   /** This instance's record of each key's provider-call budget. */
   readonly budgets?: BudgetBook;
+  /** The guards' admission queues, kept across reloads so waiters are admitted under the new caps. */
+  readonly queues?: GuardQueues;
 }
 
 /**
@@ -108,7 +110,7 @@ export function buildUpstream(name: string, config: UpstreamConfig, options: Cha
   // Every series exists from the start (a reload starts credentials afresh, as revocations do).
   for (const credential of config.credentials) events.credentialState(name, credential.id, 'active');
   events.breakerState(name, 'closed');
-  const guard = createGuard({ upstream: name, config, state: stops, clock, timers, events });
+  const guard = createGuard({ upstream: name, config, state: stops, clock, timers, events, ...(options.queues === undefined ? {} : { queues: options.queues }) });
   const budget = { upstream: name, state, clock, events, book: options.budgets };
   const batching = config.kind === 'x_v2' && config.batch.enabled;
   // Batched misses are charged one each above the batch layer, as X bills them (per item read,

@@ -14,6 +14,54 @@ export interface GuardOptions {
   readonly clock: Clock;
   readonly timers: Timers;
   readonly events: UpstreamEvents;
+  /** The queues kept across reloads; absent, the guard keeps one of its own. */
+  readonly queues?: GuardQueues;
+}
+
+/** What an upstream's waiters are admitted under: the latest configuration's. */
+interface Limits {
+  readonly cap: CallCap;
+  readonly localCap: CallCap;
+  readonly state: ProviderState;
+}
+
+interface KeptQueue {
+  readonly queue: AdmissionQueue;
+  limits: Limits;
+}
+
+/**
+ * Each upstream's admission queue, kept across reloads together with the limits its waiters ask
+ * under. Calls that waited through a reload are admitted under the new configuration's cap,
+ * quota and `max_concurrent` from the next ask on: a lowered cap must not wait for the old
+ * queue to drain (at up to the old rate) before it holds. Kept per upstream name ever
+ * configured in this process, which a reload can add to only by configuring it.
+ */
+export class GuardQueues {
+  readonly #kept = new Map<string, KeptQueue>();
+
+  /** The upstream's queue, now asking under `limits`; created on first use. */
+  take(upstream: string, size: number, limits: Limits, clock: Clock, timers: Timers): KeptQueue {
+    let kept = this.#kept.get(upstream);
+    if (kept === undefined) {
+      const entry: KeptQueue = {
+        queue: new AdmissionQueue({ size, clock, timers, withdraw: (payer) => entry.limits.state.withdraw(upstream, payer.id) }),
+        limits,
+      };
+      kept = entry;
+      this.#kept.set(upstream, kept);
+      return kept;
+    }
+    kept.limits = limits;
+    kept.queue.resize(size);
+    // The next waiter asks now under the new limits rather than at a wake-up the old ones set.
+    kept.queue.wake();
+    return kept;
+  }
+}
+
+function isCapped(cap: CallCap): boolean {
+  return cap.rate !== undefined || cap.quota !== undefined || cap.maxConcurrent !== undefined;
 }
 
 export interface Guard {
@@ -43,10 +91,10 @@ export function createGuard(options: GuardOptions): Guard {
   const ids = config.credentials.map((c) => c.id);
   const cap: CallCap = compileCap(config);
   const localCap: CallCap = compileCap(config, config.redis_down_share);
-  const capped = cap.rate !== undefined || cap.quota !== undefined || cap.maxConcurrent !== undefined;
-  const queue = new AdmissionQueue({ size: config.queue_size, clock, timers, withdraw: (payer) => state.withdraw(upstream, payer.id) });
   // The lease must outlive the call it guards: a timed-out call still holds its connection.
   const leaseMs = config.timeout_ms + 1000;
+  const kept = (options.queues ?? new GuardQueues()).take(upstream, config.queue_size, { cap, localCap, state }, clock, timers);
+  const queue = kept.queue;
   /**
    * Stops learned from the state that cover every credential: while one holds, a miss is refused
    * here, without asking Redis again. Only full-rotation answers are kept: with credentials left
@@ -88,10 +136,16 @@ export function createGuard(options: GuardOptions): Guard {
     const leaseId = randomUUID();
     const maxWaitMs = Math.min(config.queue_timeout_ms, msLeft(deadline) - floor);
     const payer = attempt.payer ?? NO_PAYER;
+    let asked = kept.limits;
     const span = attempt.trace?.child('provider queue', 'internal', { 'perch.upstream': upstream });
     const { admission, waitedMs } = await queue.admit(
       payer,
-      (fair) => state.admit({ upstream, scope, candidates, cap, localCap, leaseId, leaseMs, payer, ...fair }),
+      // Read at each ask: a call still waiting after a reload asks under the new limits. The
+      // lease stays this guard's: it must outlive the call this configuration makes.
+      (fair) => {
+        asked = kept.limits;
+        return asked.state.admit({ upstream, scope, candidates, cap: asked.cap, localCap: asked.localCap, leaseId, leaseMs, payer, ...fair });
+      },
       maxWaitMs,
       attempt.batch === undefined ? undefined : () => attempt.batch!.queued(),
     );
@@ -110,7 +164,7 @@ export function createGuard(options: GuardOptions): Guard {
     if (admission.kind === 'over_cap') return refuse(attempt, 'over_cap', Math.max(1, Math.ceil(admission.waitMs / 1000)));
     if (msLeft(deadline) < floor) {
       // Admitted too late to be answered: the place taken under the cap is given back uncalled.
-      if (capped) state.finish(upstream, leaseId);
+      if (isCapped(asked.cap)) asked.state.finish(upstream, leaseId);
       queue.wake();
       return refuse(attempt, 'no_time', 1);
     }
@@ -119,7 +173,7 @@ export function createGuard(options: GuardOptions): Guard {
       const result = await next({ ...attempt, credential: own ?? credentials.get(admission.credential)! });
       return { ...result, credential: admission.credential };
     } finally {
-      if (capped) state.finish(upstream, leaseId);
+      if (isCapped(asked.cap)) asked.state.finish(upstream, leaseId);
       queue.wake();
     }
   };

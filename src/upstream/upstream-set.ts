@@ -5,6 +5,7 @@ import type { EndpointName, EndpointRequest } from '../endpoints.js';
 import type { Logger } from '../logging/logger.js';
 import type { Timers } from '../timers.js';
 import { buildUpstream, type BuiltUpstream, type UpstreamStatus } from './chain.js';
+import type { GuardQueues } from './guard.js';
 import type { BudgetBook } from './budget-book.js';
 import type { UpstreamEvents } from './events.js';
 import type { ProviderState } from './guard/provider-state.js';
@@ -38,6 +39,8 @@ export interface UpstreamSetOptions {
   readonly random?: () => number;
   /** This instance's record of each key's provider-call budget, kept across reloads. */
   readonly budgets?: BudgetBook;
+  /** The guards' admission queues, kept across reloads. */
+  readonly queues?: GuardQueues;
 }
 
 /**

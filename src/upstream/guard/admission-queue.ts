@@ -73,7 +73,7 @@ interface Flow {
  * admission or departure (none idle once no call waits and more than `IDLE_FLOWS` were kept).
  */
 export class AdmissionQueue {
-  readonly #size: number;
+  #size: number;
   readonly #clock: Clock;
   readonly #timers: Timers;
   readonly #flows = new Map<string, Flow>();
@@ -97,6 +97,11 @@ export class AdmissionQueue {
     this.#clock = options.clock;
     this.#timers = options.timers;
     this.#withdraw = options.withdraw ?? (() => {});
+  }
+
+  /** A reload's new `queue_size`: calls already waiting beyond it keep their places. */
+  resize(size: number): void {
+    this.#size = size;
   }
 
   /** Calls waiting now. */

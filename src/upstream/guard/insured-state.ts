@@ -1,11 +1,16 @@
+import { randomUUID } from 'node:crypto';
 import type { Clock } from '../../clock.js';
 import type { Logger } from '../../logging/logger.js';
+import type { Timers } from '../../timers.js';
 import type { Breaker } from '../../redis/breaker.js';
 import type { NodeBreakers } from '../../redis/node-breakers.js';
 import { insured, SwitchLog } from '../../redis/insurance.js';
 import type { MemoryProviderState } from './memory-state.js';
 import type { Admission, AdmitQuery, CallCap, HeldCall, OutcomeReport, OutcomeTotals, ProviderState, Spend, SpendQuery, Stop, StopState } from './provider-state.js';
 import type { RedisProviderState } from './redis-state.js';
+
+/** How often what Redis is owed is tried again while nothing else sends it. */
+const RETRY_MS = 1000;
 
 /**
  * The fleet's shared state while Redis answers, this instance's own while it does not. Without
@@ -22,6 +27,12 @@ import type { RedisProviderState } from './redis-state.js';
  *   the windows and those in flight) is written back to Redis before Redis admits for it again,
  *   and also as soon as the connection is ready again, since a Redis that restarted lost all of
  *   it.
+ * A Redis that restarted empty (a generation key of the upstream missing or changed after a
+ * reconnection) admits for this instance only within its share for a window, as an outage
+ * does: the other instances' calls are back only once each of them has reconnected.
+ * Stops go back the same way: every stop memory still holds for the upstream is written with
+ * its end before the calls, so one learned while Redis was away, or lost by a restart, holds
+ * for the fleet again once Redis returns.
  * So in any window an instance's own calls stay under its share while Redis is away, and the
  * fleet spends at most `max(quota, Σ max(rᵢ, share × quota))`, rᵢ being what instance i had
  * spent through Redis in that window when Redis went away: the quota itself while no instance
@@ -47,9 +58,26 @@ export class InsuredProviderState implements ProviderState {
    */
   readonly #unreleased = new Map<string, Map<string, number>>();
   readonly #now: () => number;
+  /** The generation of each upstream's keys last seen in Redis, and its check on this connection. */
+  readonly #generations = new Map<string, string>();
+  readonly #checked = new Map<string, Promise<void>>();
+  /** Upstreams whose Redis came back empty, each until when this instance keeps to its share. */
+  readonly #freshUntil = new Map<string, number>();
+  /** The latest admission asked within the share, per upstream: the next waits for it. */
+  readonly #turns = new Map<string, Promise<void>>();
+  /** Each upstream's lease, which bounds how long another instance's call stays in flight. */
+  readonly #leaseMs = new Map<string, number>();
+  /** Calls charged to budgets here that Redis has not counted yet, by budget key. */
+  readonly #unsent = new Map<string, { query: SpendQuery; calls: number }>();
 
-  constructor(redis: RedisProviderState, memory: MemoryProviderState, breakers: NodeBreakers, logger: Logger, clock: Clock) {
+  /** Retries what Redis is owed while nothing else would send it; absent, nothing retries. */
+  readonly #timers: Timers | undefined;
+  #retrying = false;
+  #cancelRetry: (() => void) | undefined;
+
+  constructor(redis: RedisProviderState, memory: MemoryProviderState, breakers: NodeBreakers, logger: Logger, clock: Clock, timers?: Timers) {
     this.#redis = redis;
+    this.#timers = timers;
     this.#now = () => clock.now();
     this.#memory = memory;
     this.#breakers = breakers;
@@ -66,7 +94,8 @@ export class InsuredProviderState implements ProviderState {
     if (local.candidates.length === 0 && local.earliest !== undefined) return { kind: 'stopped', ...local.earliest };
     const free = local.candidates.length === query.candidates.length ? query : { ...query, candidates: local.candidates };
     this.#caps.set(query.upstream, query.cap);
-    return this.#insured(
+    this.#leaseMs.set(query.upstream, query.leaseMs);
+    const admission = this.#insured(
       this.#upstream(query.upstream),
       () => this.#sharedAdmit(free),
       () => {
@@ -76,14 +105,107 @@ export class InsuredProviderState implements ProviderState {
         return this.#memory.admit({ ...free, cap: query.localCap });
       },
     );
+    if (!(admission instanceof Promise)) return admission;
+    return admission.then((answer) => {
+      this.#writeBackOthers(query.upstream);
+      this.#writeBackOtherSpends();
+      return answer;
+    });
+  }
+
+  /**
+   * After an admission asked Redis: what other upstreams owe it goes back too, though their own
+   * calls may not ask it (a stop learned while it was away refuses them here, without asking).
+   */
+  #writeBackOthers(asked?: string): void {
+    for (const upstream of this.#diverged.keys()) {
+      if (upstream === asked || this.#writing.has(upstream)) continue;
+      void this.#insured(this.#upstream(upstream), () => this.#writeBack(upstream) ?? Promise.resolve(), () => undefined);
+    }
   }
 
   async #sharedAdmit(query: AdmitQuery): Promise<Admission> {
-    const writing = this.#writeBack(query.upstream);
-    if (writing !== undefined) await writing;
+    await this.#check(query.upstream, query.cap, query.leaseMs);
+    // Again while memory admitted more during the write: a half-open breaker's probe is on its
+    // way here, and the calls memory admits meanwhile must be in Redis before it admits.
+    for (let writing = this.#writeBack(query.upstream); writing !== undefined; writing = this.#writeBack(query.upstream)) await writing;
+    const fresh = this.#freshUntil.get(query.upstream);
+    if (fresh !== undefined) {
+      // A share of 1 (the default) is the whole cap: nothing to keep to, no turns to take.
+      if (fresh > this.#now()) {
+        if (!sameCap(query.cap, query.localCap)) return this.#inTurn(query.upstream, () => this.#admitWithinShare(query));
+      } else this.#freshUntil.delete(query.upstream);
+    }
+    return this.#admitShared(query);
+  }
+
+  async #admitShared(query: AdmitQuery): Promise<Admission> {
     const admission = await this.#redis.admit(query);
     if (admission.kind === 'admitted') this.#memory.record({ ...query, cap: query.localCap });
     return admission;
+  }
+
+  /**
+   * Redis came back without the fleet's counts, and others may not have written theirs back
+   * yet: this instance keeps to its share, as while Redis was away, until they have aged out.
+   * One admission at a time (`#inTurn`): memory counts a call only once Redis has admitted it,
+   * so misses asking together would each find the share free and all be admitted.
+   */
+  async #admitWithinShare(query: AdmitQuery): Promise<Admission> {
+    const fresh = this.#freshUntil.get(query.upstream);
+    if (fresh !== undefined && fresh > this.#now()) {
+      const waitMs = this.#memory.waitMs({ ...query, cap: query.localCap });
+      if (waitMs > 0) return { kind: 'over_cap', waitMs };
+    }
+    return this.#admitShared(query);
+  }
+
+  /** Runs `work` after the upstream's earlier turns have ended, however they ended. */
+  #inTurn<T>(upstream: string, work: () => Promise<T>): Promise<T> {
+    const previous = this.#turns.get(upstream) ?? Promise.resolve();
+    const turn = previous.then(work);
+    const done = turn.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.#turns.set(upstream, done);
+    void done.then(() => {
+      if (this.#turns.get(upstream) === done) this.#turns.delete(upstream);
+    });
+    return turn;
+  }
+
+  /**
+   * Learns the generation of `upstream`'s keys once per connection. One this instance did not
+   * know, or one it had to set itself after a reconnection, is a Redis that came back empty: the
+   * other instances' calls in the windows are missing until each of them writes back, so until
+   * a whole window (and a lease) has passed, this instance admits through Redis only within its
+   * own share (`redis_down_share`), counting its calls before the restart. An instance that
+   * meets the generation for the first time (it started, or never asked for the upstream, since
+   * the restart) cannot tell a restart from a fleet's first start: while the generation is
+   * younger than that window it keeps to its share too, with nothing of its own to count.
+   */
+  #check(upstream: string, cap: CallCap, leaseMs: number): Promise<void> {
+    let checking = this.#checked.get(upstream);
+    if (checking === undefined) {
+      checking = this.#redis.generation(upstream, randomUUID()).then(
+        ({ generation, fresh, ageMs }) => {
+          const known = this.#generations.get(upstream);
+          const windowMs = Math.max(cap.rate?.windowMs ?? 0, cap.quota?.windowMs ?? 0, leaseMs);
+          let untilMs: number | undefined;
+          if (known === undefined) untilMs = ageMs < windowMs ? this.#now() + windowMs - ageMs : undefined;
+          else if (fresh || known !== generation) untilMs = this.#now() + windowMs;
+          if (untilMs !== undefined) this.#freshUntil.set(upstream, Math.max(untilMs, this.#freshUntil.get(upstream) ?? 0));
+          this.#generations.set(upstream, generation);
+        },
+        (error: unknown) => {
+          this.#checked.delete(upstream);
+          throw error;
+        },
+      );
+      this.#checked.set(upstream, checking);
+    }
+    return checking;
   }
 
   /** Writes back what memory counts for `upstream` if Redis may lack it; undefined if not. */
@@ -95,7 +217,12 @@ export class InsuredProviderState implements ProviderState {
       const cap = this.#caps.get(upstream);
       const calls = this.#memory.held(upstream);
       const released = this.#released(upstream, calls);
-      writing = (cap === undefined ? Promise.resolve() : this.#redis.writeBack(upstream, cap, [...calls, ...released]))
+      // Stops first, with the end the provider gave: a Redis that restarted, or never heard of
+      // a stop learned while it was away, must hold it for every instance before it admits.
+      // The stop script keeps the longer of two, so writing one Redis has changes nothing.
+      const stops = this.#memory.stopsOf(upstream);
+      writing = Promise.all(stops.map((stop) => this.#redis.stop(stop)))
+        .then(() => (cap === undefined ? undefined : this.#redis.writeBack(upstream, cap, [...calls, ...released])))
         .then(() => {
           const unreleased = this.#unreleased.get(upstream);
           for (const call of released) unreleased?.delete(call.id);
@@ -124,6 +251,27 @@ export class InsuredProviderState implements ProviderState {
 
   #diverge(upstream: string): void {
     this.#diverged.set(upstream, ++this.#generation);
+    this.#retryLater();
+  }
+
+  /**
+   * While Redis is owed calls, stops or spends, tries to send them every `RETRY_MS`. A Redis
+   * that was frozen and thaws gives no new connection to send them on, and an instance whose
+   * misses its own stop refuses (or that serves only hits) would not ask Redis again: the other
+   * instances would call through the stop, or charge the key again, meanwhile. Each try is
+   * an ask of the breaker: none while it is open, the probe once it may be half-open.
+   */
+  #retryLater(): void {
+    if (this.#timers === undefined || this.#retrying) return;
+    this.#retrying = true;
+    this.#cancelRetry = this.#timers.after(RETRY_MS, () => {
+      this.#retrying = false;
+      this.#cancelRetry = undefined;
+      if (this.#diverged.size === 0 && this.#unsent.size === 0) return;
+      this.#writeBackOthers();
+      this.#writeBackOtherSpends();
+      this.#retryLater();
+    });
   }
 
   /**
@@ -131,23 +279,90 @@ export class InsuredProviderState implements ProviderState {
    * upstream's count here goes back now, before other instances fill the windows again.
    */
   reconnected(): void {
+    this.#checked.clear();
+    for (const [key, pending] of this.#unsent) {
+      void this.#insured(
+        this.#budget(pending.query),
+        () => this.#writeBackSpends(key),
+        () => undefined,
+      );
+    }
     for (const upstream of this.#memory.upstreams()) {
       this.#diverge(upstream);
+      const cap = this.#caps.get(upstream);
       void this.#insured(
         this.#upstream(upstream),
-        () => this.#writeBack(upstream) ?? Promise.resolve(),
+        async () => {
+          if (cap !== undefined) await this.#check(upstream, cap, this.#leaseMs.get(upstream) ?? 0);
+          await this.#writeBack(upstream);
+        },
         () => undefined,
       );
     }
   }
 
-  /** Budgets are the fleet's while Redis answers; while it does not, each instance counts its own. */
+  /**
+   * Budgets are the fleet's while Redis answers; while it does not, each instance counts on
+   * from what Redis last said the key had spent. Calls charged here go back to Redis before it
+   * charges the key again, and as soon as the connection is ready again.
+   */
   spend(query: SpendQuery): Spend | Promise<Spend> {
     return this.#insured<Spend>(
       this.#budget(query),
-      async () => ({ ...(await this.#redis.spend(query)), charged: 'shared' }),
-      () => ({ ...this.#memory.spend(query), charged: 'local' }),
+      async () => {
+        const key = this.#redis.budgetKey(query);
+        await this.#writeBackSpends(key);
+        const spent = await this.#redis.spend(query);
+        this.#memory.noteShared(query, spent.used);
+        this.#writeBackOtherSpends(key);
+        return { ...spent, charged: 'shared' };
+      },
+      () => {
+        const spent = this.#memory.spend(query);
+        if (spent.allowed) {
+          const key = this.#redis.budgetKey(query);
+          const pending = this.#unsent.get(key);
+          if (pending === undefined || pending.query.startMs !== query.startMs) this.#unsent.set(key, { query, calls: 1 });
+          else pending.calls++;
+          this.#retryLater();
+        }
+        return { ...spent, charged: 'local' };
+      },
     );
+  }
+
+  /**
+   * After Redis answered again: the other keys' charges made here go back too. A Redis that was
+   * frozen, not restarted, gives no new connection to write them back on, and a key this
+   * instance charges no more would otherwise keep them here while other instances charge it.
+   */
+  #writeBackOtherSpends(asked?: string): void {
+    for (const [key, pending] of this.#unsent) {
+      if (key === asked) continue;
+      void this.#insured(
+        this.#budget(pending.query),
+        () => this.#writeBackSpends(key),
+        () => undefined,
+      );
+    }
+  }
+
+  /** Adds the calls charged to a budget here to its count in Redis; each is sent once. */
+  async #writeBackSpends(key: string): Promise<void> {
+    const pending = this.#unsent.get(key);
+    if (pending === undefined) return;
+    this.#unsent.delete(key);
+    if (pending.query.endMs <= this.#now()) return;
+    try {
+      const used = await this.#redis.addSpends(pending.query, pending.calls);
+      this.#memory.noteShared(pending.query, used);
+    } catch (error) {
+      // Not sent: kept for the next try, with any charged meanwhile.
+      const now = this.#unsent.get(key);
+      this.#unsent.set(key, { query: pending.query, calls: pending.calls + (now?.calls ?? 0) });
+      this.#retryLater();
+      throw error;
+    }
   }
 
   /**
@@ -156,8 +371,12 @@ export class InsuredProviderState implements ProviderState {
    * A refund Redis cannot take now is lost, which errs on the provider's side.
    */
   refund(query: SpendQuery, spent: Spend): void {
-    if (spent.charged === 'local') this.#memory.refund(query);
-    else if (this.#budget(query).state !== 'open') this.#redis.refund(query);
+    if (spent.charged === 'local') {
+      this.#memory.refund(query);
+      const key = this.#redis.budgetKey(query);
+      const pending = this.#unsent.get(key);
+      if (pending !== undefined && --pending.calls <= 0) this.#unsent.delete(key);
+    } else if (this.#budget(query).state !== 'open') this.#redis.refund(query);
   }
 
   /** The throttle goes on with this instance's own counts while Redis is away. */
@@ -212,9 +431,16 @@ export class InsuredProviderState implements ProviderState {
     if (this.#upstream(upstream).state === 'closed') this.#redis.withdraw(upstream, payer);
   }
 
+  /** A stop Redis cannot take now goes back with the upstream's write-back when it can. */
   async stop(stop: Stop): Promise<void> {
     this.#memory.stop(stop);
-    if (this.#upstream(stop.upstream).state === 'closed') await this.#redis.stop(stop);
+    if (this.#upstream(stop.upstream).state !== 'closed') return this.#diverge(stop.upstream);
+    try {
+      await this.#redis.stop(stop);
+    } catch (error) {
+      this.#diverge(stop.upstream);
+      throw error;
+    }
   }
 
   async lift(upstream: string, credential: string, scope: string, state: StopState): Promise<void> {
@@ -231,5 +457,18 @@ export class InsuredProviderState implements ProviderState {
     );
   }
 
-  async close(): Promise<void> {}
+  async close(): Promise<void> {
+    this.#cancelRetry?.();
+  }
+}
+
+/** Whether two caps admit alike: a `redis_down_share` of 1 compiles the shared cap again. */
+function sameCap(a: CallCap, b: CallCap): boolean {
+  return (
+    a.rate?.perSecond === b.rate?.perSecond &&
+    a.rate?.burst === b.rate?.burst &&
+    a.rate?.windowLimit === b.rate?.windowLimit &&
+    a.quota?.requests === b.quota?.requests &&
+    a.maxConcurrent === b.maxConcurrent
+  );
 }

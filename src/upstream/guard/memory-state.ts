@@ -60,6 +60,12 @@ export class MemoryProviderState implements ProviderState {
     return { kind: 'admitted', credential: chosen };
   }
 
+  /** How long until `query.cap` admits a call here, 0 if now; takes no place. */
+  waitMs(query: AdmitQuery): number {
+    const now = this.#clock.now();
+    return waitFor(this.#ledger(query.upstream, query.cap, now), query.cap, now);
+  }
+
   /**
    * Counts a call the shared state admitted in this instance's windows and leases too, so that
    * if the shared state becomes unreachable the fallback starts from what this instance spent,
@@ -94,9 +100,27 @@ export class MemoryProviderState implements ProviderState {
     return calls;
   }
 
-  /** The upstreams with calls counted here. */
+  /** The upstreams with calls counted or stops known here. */
   upstreams(): string[] {
-    return [...this.#ledgers.keys()];
+    const upstreams = new Set(this.#ledgers.keys());
+    for (const key of this.#stops.keys()) upstreams.add(key.slice(0, key.indexOf('\n')));
+    return [...upstreams];
+  }
+
+  /**
+   * The stops of `upstream` still holding, each with its end: what goes back to a shared state
+   * that returns (it may have restarted without them, or never heard of them).
+   */
+  stopsOf(upstream: string): Stop[] {
+    const now = this.#clock.now();
+    const stops: Stop[] = [];
+    for (const [key, stop] of this.#stops) {
+      const [up, credential, scope] = key.split('\n') as [string, string, string];
+      if (up !== upstream) continue;
+      if (stop.untilMs <= now) this.#stops.delete(key);
+      else stops.push({ upstream, credential, scope, untilMs: stop.untilMs, state: stop.state });
+    }
+    return stops;
   }
 
   /**
@@ -126,6 +150,19 @@ export class MemoryProviderState implements ProviderState {
     if (budget.used >= query.limit) return { allowed: false, used: budget.used };
     budget.used++;
     return { allowed: true, used: budget.used };
+  }
+
+  /**
+   * What the shared state said the key's window had spent: the count here goes on from it when
+   * the shared state is away, not from what this instance alone charged.
+   */
+  noteShared(query: SpendQuery, used: number): void {
+    const key = `${query.keyId}\n${query.startMs}`;
+    const budget = this.#budgets.get(key);
+    if (budget === undefined) {
+      this.#forgetEndedBudgets();
+      this.#budgets.set(key, { used, endMs: query.endMs });
+    } else budget.used = Math.max(budget.used, used);
   }
 
   refund(query: SpendQuery): void {

@@ -378,9 +378,40 @@ if tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then return redis.call('DECR'
 return 0
 `;
 
+/**
+ * Adds calls one instance charged to a budget while Redis was away. Counted whatever the limit:
+ * they were made. KEYS[1] the window's count; ARGV calls, ttl ms.
+ */
+const ADD_SPENDS_SCRIPT = `
+local used = redis.call('INCRBY', KEYS[1], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return used
+`;
+
+/**
+ * The generation of an upstream's keyspace: set by the first instance to ask after Redis came
+ * back empty (or first started), with Redis's time then. KEYS[1] the generation; ARGV a new one,
+ * taken if there is none. Returns it, 1 if it was just taken, and its age in ms (a generation
+ * written without a time is as old as can be).
+ */
+const GENERATION_SCRIPT = `
+local time = redis.call('TIME')
+local rnow = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local g = redis.call('GET', KEYS[1])
+if g then
+  local at = tonumber(string.match(g, ' (%d+)$') or '0')
+  return {g, 0, rnow - at}
+end
+local v = ARGV[1] .. ' ' .. rnow
+redis.call('SET', KEYS[1], v)
+return {v, 1, 0}
+`;
+
 const ADMIT = 'perchAdmitCall';
 const SPEND = 'perchSpendBudget';
 const REFUND = 'perchRefundBudget';
+const ADD_SPENDS = 'perchAddSpends';
+const GENERATION = 'perchGeneration';
 const OUTCOMES = 'perchThrottleOutcomes';
 const LIFT = 'perchLiftStop';
 const FINISH = 'perchFinishCall';
@@ -397,6 +428,8 @@ interface WithScripts {
   [OUTCOMES](key: string, ...args: (string | number)[]): Promise<[number, number, number]>;
   [SPEND](key: string, limit: number, ttlMs: number): Promise<[number, number]>;
   [REFUND](key: string): Promise<number>;
+  [ADD_SPENDS](key: string, calls: number, ttlMs: number): Promise<number>;
+  [GENERATION](key: string, candidate: string): Promise<[string, number, number]>;
   [WRITE_BACK](recent: string, quota: string, leases: string, ...args: (string | number)[]): Promise<number>;
 }
 
@@ -424,6 +457,8 @@ export class RedisProviderState implements ProviderState {
     client.defineCommand(OUTCOMES, { numberOfKeys: 1, lua: OUTCOMES_SCRIPT });
     client.defineCommand(SPEND, { numberOfKeys: 1, lua: SPEND_SCRIPT });
     client.defineCommand(REFUND, { numberOfKeys: 1, lua: REFUND_SCRIPT });
+    client.defineCommand(ADD_SPENDS, { numberOfKeys: 1, lua: ADD_SPENDS_SCRIPT });
+    client.defineCommand(GENERATION, { numberOfKeys: 1, lua: GENERATION_SCRIPT });
     client.defineCommand(WRITE_BACK, { numberOfKeys: 3, lua: WRITE_BACK_SCRIPT });
     this.#scripts = client as unknown as WithScripts;
     this.#client = client;
@@ -525,6 +560,21 @@ export class RedisProviderState implements ProviderState {
     const ttlMs = Math.max(1, query.endMs - this.#clockNow()) + 86_400_000;
     const [allowed, used] = await this.#scripts[SPEND](this.budgetKey(query), query.limit, ttlMs);
     return { allowed: Number(allowed) === 1, used: Number(used) };
+  }
+
+  /**
+   * The generation of `upstream`'s keys in Redis, `candidate` if there was none (Redis is new or
+   * restarted empty), whether it was just set, and how long ago it was set, in ms.
+   */
+  async generation(upstream: string, candidate: string): Promise<{ generation: string; fresh: boolean; ageMs: number }> {
+    const [generation, fresh, ageMs] = await this.#scripts[GENERATION](`${this.upstreamKey(upstream)}:generation`, candidate);
+    return { generation: String(generation), fresh: Number(fresh) === 1, ageMs: Number(ageMs) };
+  }
+
+  /** Writes back `calls` charged to the key's window without Redis; answers the window's count. */
+  async addSpends(query: SpendQuery, calls: number): Promise<number> {
+    const ttlMs = Math.max(1, query.endMs - this.#clockNow()) + 86_400_000;
+    return Number(await this.#scripts[ADD_SPENDS](this.budgetKey(query), calls, ttlMs));
   }
 
   refund(query: SpendQuery): void {

@@ -1,0 +1,102 @@
+import assert from 'node:assert/strict';
+import { test, type TestContext } from 'node:test';
+import { Redis } from 'ioredis';
+import { onCleanup } from './helpers/cleanup.js';
+import { KEY, OTHER_KEY, startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
+import { startRedis } from './helpers/redis-server.js';
+import { startTcpProxy } from './helpers/tcp-proxy.js';
+import { sampleProvider, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
+
+// A key's provider_calls budget across a Redis outage (issue 56, item 4): the memory side goes on
+// from what Redis last said the key had spent, and what it charged goes back to Redis, so the key
+// is charged at most its limit in all.
+
+const LIMIT = 5;
+
+function instance(t: TestContext, redisUrl: string, upstream: TestUpstream): Promise<RunningPerch> {
+  const yaml = testConfig(v1('main', upstream.url), `rate_limits_redis: { url: "${redisUrl}", command_timeout_ms: 300 }`)
+    .replace(`{ id: alpha, key: "${KEY}", plan: big }`, `{ id: alpha, key: "${KEY}", plan: metered }`)
+    .replace('rate_limits:\n', `rate_limits:\n  metered: { capacity: 100000, refill_per_second: 100000, provider_calls: { limit: ${LIMIT}, window: day } }\n`);
+  return startPerch(t, yaml);
+}
+
+async function misses(perch: RunningPerch, from: number, count: number): Promise<number[]> {
+  const statuses: number[] = [];
+  for (let i = 0; i < count; i++) statuses.push((await perch.request(`/v1/users/${from + i}`)).status);
+  return statuses;
+}
+
+const ok = (statuses: readonly number[]) => statuses.filter((s) => s === 200).length;
+
+test('Redis frozen after 3 of 5 spent: the instance allows 2 more, not a fresh 5', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const perch = await instance(t, redis.url, upstream);
+  assert.deepEqual(await misses(perch, 1, 3), [200, 200, 200]);
+  redis.freeze();
+  onCleanup(t, () => redis.thaw());
+  const during = await misses(perch, 100, 6);
+  t.diagnostic(`calls charged while frozen: ${ok(during)}; provider calls in all: ${upstream.requests.length}`);
+  assert.equal(ok(during), 2);
+  assert.equal(upstream.requests.length, LIMIT);
+});
+
+test('one instance cut off from Redis after 3 of 5 spent: its spends go back, the other is refused', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const proxyA = await startTcpProxy(t, redis.port);
+  const proxyB = await startTcpProxy(t, redis.port);
+  const a = await instance(t, proxyA.url, upstream);
+  const b = await instance(t, proxyB.url, upstream);
+  const inspector = new Redis(redis.url);
+  onCleanup(t, () => inspector.disconnect());
+  // A's last charge through Redis read the key's count at 3 (what B charged after it, A could not know).
+  assert.deepEqual(await misses(a, 1, 3), [200, 200, 200]);
+  const [budgetKey] = await inspector.keys('*budget*');
+  assert.equal(await inspector.get(budgetKey!), '3');
+  proxyA.cut();
+  const cutOff = await misses(a, 100, 6);
+  assert.equal(ok(cutOff), 2, 'A goes on from the 3 Redis counted');
+  proxyA.restore();
+  await waitFor(async () => (await inspector.get(budgetKey!)) === String(LIMIT), 10_000);
+  const after = await misses(b, 200, 4);
+  t.diagnostic(`A while cut off: ${ok(cutOff)}; B after: ${ok(after)}; provider calls in all: ${upstream.requests.length}`);
+  assert.equal(ok(after), 0);
+  assert.equal(upstream.requests.length, LIMIT);
+});
+
+test('Redis frozen long enough for its breaker to open: the spends charged meanwhile go back once any call reaches Redis again', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  // Both keys metered: B's misses open A's breaker while Redis is frozen, and close it after.
+  const yaml = (url: string) =>
+    testConfig(v1('main', upstream.url), `rate_limits_redis: { url: "${url}", command_timeout_ms: 300 }`)
+      .replace(`{ id: alpha, key: "${KEY}", plan: big }`, `{ id: alpha, key: "${KEY}", plan: metered }`)
+      .replace(`{ id: bravo, key: "${OTHER_KEY}", plan: big }`, `{ id: bravo, key: "${OTHER_KEY}", plan: roomy }`)
+      .replace(
+        'rate_limits:\n',
+        `rate_limits:\n  metered: { capacity: 100000, refill_per_second: 100000, provider_calls: { limit: ${LIMIT}, window: day } }\n  roomy: { capacity: 100000, refill_per_second: 100000, provider_calls: { limit: 1000, window: day } }\n`,
+      );
+  const a = await startPerch(t, yaml(redis.url));
+  const b = await startPerch(t, yaml(redis.url));
+  const inspector = new Redis(redis.url);
+  onCleanup(t, () => inspector.disconnect());
+  onCleanup(t, () => redis.thaw());
+  assert.deepEqual(await misses(a, 1, 3), [200, 200, 200]);
+  const alphaKey = (await inspector.keys('*budget*'))[0]!;
+  redis.freeze();
+  // Bravo's charges time out: A's breaker opens, and alpha's are charged in memory without a word to Redis.
+  for (let i = 0; i < 6; i++) await a.request(`/v1/users/${50 + i}`, { key: OTHER_KEY });
+  assert.equal(ok(await misses(a, 100, 4)), 2);
+  redis.thaw();
+  // Bravo's next miss on A reaches Redis again; alpha's charges must follow it there.
+  let next = 1000;
+  await waitFor(async () => {
+    await a.request(`/v1/users/${next++}`, { key: OTHER_KEY });
+    return a.logs.text().includes('Redis answers again');
+  }, 10_000);
+  await waitFor(async () => (await inspector.get(alphaKey)) === String(LIMIT), 5000);
+  const after = await misses(b, 200, 4);
+  t.diagnostic(`alpha's count in Redis: ${await inspector.get(alphaKey)}; B after: ${ok(after)}; alpha's provider calls: ${3 + 2 + ok(after)}`);
+  assert.equal(ok(after), 0);
+});
