@@ -230,6 +230,51 @@ test('after an outage a call admitted from memory holds its max_concurrent slot 
   assert.equal((await b.request('/v1/users/3')).status, 200);
 });
 
+/**
+ * Instance A reaches `redis` through a relay that can hold Redis's replies, with a command
+ * timeout short enough to pass while one is held; B reaches it directly, with a generous one.
+ */
+async function relayedPair(t: TestContext, redis: TestRedis, upstream: TestUpstream, extra: string) {
+  const relay = await startTcpProxy(t, redis.port);
+  const yaml = (url: string, timeoutMs: number) => testConfig(v1('main', upstream.url, extra), `rate_limits_redis: { url: "${url}", command_timeout_ms: ${timeoutMs} }`);
+  const a = await startPerch(t, yaml(relay.url, 100), { clock: new ManualClock() });
+  // A's connection has passed its ready check (the INFO): its commands go to Redis, not fail at once.
+  const inspector = new Redis(redis.url);
+  onCleanup(t, () => inspector.disconnect());
+  await waitFor(async () => /name=perch-rate-limits .* cmd=info/.test(String(await inspector.client('LIST'))));
+  const b = await startPerch(t, yaml(redis.url, 2000));
+  return { relay, a, b, inspector };
+}
+
+test('an admission Redis answers late is no outage: the instance does not call on its own share past the fleet\'s cap', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const { relay, a, b } = await relayedPair(t, redis, upstream, 'quota: { requests: 2, per_seconds: 900 }, queue_timeout_ms: 0');
+  assert.deepEqual(await misses([b], 1, 2), [200, 200]);
+  // A's admission reaches Redis, which refuses it (the quota is spent), but the answer comes
+  // after A's command timeout: A spent nothing, so its memory alone would admit the call.
+  const held = relay.hold();
+  const late = await a.request('/v1/users/3');
+  await waitFor(() => held() > 0);
+  relay.release();
+  assert.deepEqual([late.status, upstream.requests.length], [429, 2]);
+  assert.equal((await a.request('/v1/users/4')).status, 429);
+  assert.equal(upstream.requests.length, 2);
+});
+
+test('an admission answered late gives back the place Redis took for it: no max_concurrent slot held for its lease', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const { relay, a, b, inspector } = await relayedPair(t, redis, upstream, 'max_concurrent: 1, queue_timeout_ms: 0, timeout_ms: 30000');
+  const held = relay.hold();
+  assert.equal((await a.request('/v1/users/1')).status, 429);
+  await waitFor(() => held() > 0);
+  relay.release();
+  // Redis admitted A's call (the slot was free) and A's release followed it on the connection.
+  await waitFor(async () => (await inspector.zcard('perch:{up:main}:leases')) === 0);
+  assert.deepEqual([(await b.request('/v1/users/2')).status, upstream.requests.length], [200, 1]);
+});
+
 /** The guard's state as perch builds it (Redis insured by memory), on `clock`, with its parts. */
 function insuredState(t: TestContext, redis: TestRedis, clock: ManualClock, url = redis.url) {
   // As perch's own client (redis-client.ts): no offline queue, no retries; a short timeout.

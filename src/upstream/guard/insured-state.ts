@@ -5,7 +5,7 @@ import type { Timers } from '../../timers.js';
 import type { Breaker } from '../../redis/breaker.js';
 import type { NodeBreakers } from '../../redis/node-breakers.js';
 import { insured, SwitchLog } from '../../redis/insurance.js';
-import type { MemoryProviderState } from './memory-state.js';
+import { IN_FLIGHT_POLL_MS, type MemoryProviderState } from './memory-state.js';
 import type { Admission, AdmitQuery, CallCap, HeldCall, OutcomeReport, OutcomeTotals, ProviderState, Spend, SpendQuery, Stop, StopState } from './provider-state.js';
 import type { RedisProviderState } from './redis-state.js';
 
@@ -95,15 +95,20 @@ export class InsuredProviderState implements ProviderState {
     const free = local.candidates.length === query.candidates.length ? query : { ...query, candidates: local.candidates };
     this.#caps.set(query.upstream, query.cap);
     this.#leaseMs.set(query.upstream, query.leaseMs);
-    const admission = this.#insured(
-      this.#upstream(query.upstream),
+    const breaker = this.#upstream(query.upstream);
+    let failure: unknown;
+    const admission = insured(
+      breaker,
       () => this.#sharedAdmit(free),
       () => {
+        if (failure !== undefined && isTimeout(failure) && breaker.state === 'closed') return this.#unanswered(query);
+        if (failure !== undefined) this.#switches.failed(failure);
         // Redis may come back without what this instance counts (restarted empty, or it missed
         // these calls): whatever memory decides now, it all goes back.
         this.#diverge(query.upstream);
         return this.#memory.admit({ ...free, cap: query.localCap });
       },
+      { failed: (error) => (failure = error), recovered: () => this.#switches.recovered() },
     );
     if (!(admission instanceof Promise)) return admission;
     return admission.then((answer) => {
@@ -122,6 +127,20 @@ export class InsuredProviderState implements ProviderState {
       if (upstream === asked || this.#writing.has(upstream)) continue;
       void this.#insured(this.#upstream(upstream), () => this.#writeBack(upstream) ?? Promise.resolve(), () => undefined);
     }
+  }
+
+  /**
+   * An admission Redis did not answer in time, while its breaker still holds it healthy, is not
+   * an outage: Redis may be answering late (a loaded machine, a stalled event loop), and the
+   * script may well have run. Admitting from memory then adds this instance's share to what
+   * Redis keeps admitting for the others, so the fleet's window gets more than the cap with
+   * Redis up. The call waits and asks again instead; the place the script may have taken is given
+   * back (the finish runs after it on the same connection), and a Redis that keeps timing out
+   * opens the breaker, after which memory decides as in any outage.
+   */
+  #unanswered(query: AdmitQuery): Admission {
+    this.#redis.finish(query.upstream, query.leaseId);
+    return { kind: 'over_cap', waitMs: IN_FLIGHT_POLL_MS };
   }
 
   async #sharedAdmit(query: AdmitQuery): Promise<Admission> {
@@ -471,4 +490,9 @@ function sameCap(a: CallCap, b: CallCap): boolean {
     a.quota?.requests === b.quota?.requests &&
     a.maxConcurrent === b.maxConcurrent
   );
+}
+
+/** ioredis's answer to a command whose reply did not come within `command_timeout_ms`. */
+function isTimeout(error: unknown): boolean {
+  return error instanceof Error && error.message === 'Command timed out';
 }
