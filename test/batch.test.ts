@@ -463,8 +463,9 @@ test('a reload while misses wait for a seat: they ride the call of the set they 
   assert.equal((await s.perch.request('/v1/users/1')).status, 200);
   const before = await queued(s, ['/v1/users/2', '/v1/users/3', '/v1/users/4'], 2 + 2);
   s.perch.reload(testConfig(xUpstream(s.upstream.url, `${settings}, batch: { max_items: 2 }`)));
-  // The new set's call waits under the same cap: the provider's state outlives a reload.
-  const after = await queued(s, ['/v1/users/5', '/v1/users/6'], 2 + 2 + 3);
+  // The new set's call waits under the same cap and in the same guard queue: the provider's
+  // state and its queue outlive a reload, so the new set adds its seat's timers, not a queue's.
+  const after = await queued(s, ['/v1/users/5', '/v1/users/6'], 2 + 2 + 2);
   s.clock.advance(1000 + CLOCK_GRANULARITY_MS);
   await Promise.all(before);
   // The end of the old set's call wakes only the old set's queue: the new one asks again when
