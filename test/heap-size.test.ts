@@ -97,9 +97,6 @@ function alive(pid: number): boolean {
   }
 }
 
-/** What perch adds to the relaunched process's environment when the user sets none of it. */
-const OWN_ENV = { MALLOC_ARENA_MAX: '1', MALLOC_MMAP_THRESHOLD_: '65536', MALLOC_TRIM_THRESHOLD_: '131072' };
-
 const listening = (s: Started) => waitFor(() => s.lines().some((l) => l.msg === 'perch listening'), 15_000);
 
 test('the old space perch asks for is 0.85 x max_bytes + 64 MiB, with a 4 MiB semi-space, full collections skipped below 3/8 x max_bytes and WebAssembly on Liftoff', T, () => {
@@ -108,7 +105,7 @@ test('the old space perch asks for is 0.85 x max_bytes + 64 MiB, with a 4 MiB se
   assert.equal(oldSpaceMib(config), 173);
   assert.equal(initialOldSpaceMib(config), 48);
   assert.deepEqual(heapFlags(config), ['--max-old-space-size=173', '--max-semi-space-size=4', '--initial-old-space-size=48', '--liftoff-only']);
-  assert.deepEqual(heapPlan(config, [], {}), { kind: 'relaunch', flags: heapFlags(config), env: OWN_ENV });
+  assert.deepEqual(heapPlan(config, [], {}), { kind: 'relaunch', flags: heapFlags(config), env: { MALLOC_ARENA_MAX: '1' } });
   assert.deepEqual(heapPlan(config, heapFlags(config), { [HEAP_SIZED_ENV]: '1', MALLOC_ARENA_MAX: '1' }), {
     kind: 'serve',
     settings: { set_by: 'perch', old_space_mib: 173, semi_space_mib: 4, initial_old_space_mib: 48, malloc_arena_max: '1', wasm_liftoff_only: true },
@@ -122,8 +119,8 @@ test('the old space perch asks for is 0.85 x max_bytes + 64 MiB, with a 4 MiB se
   // A user's semi-space or initial old space, in NODE_OPTIONS or node's flags: perch sizes the
   // rest and leaves theirs be.
   const ownInitial = '--initial-old-space-size=48';
-  assert.deepEqual(heapPlan(config, [], { NODE_OPTIONS: '--max-semi-space-size=16' }), { kind: 'relaunch', flags: ['--max-old-space-size=173', ownInitial, '--liftoff-only'], env: OWN_ENV });
-  assert.deepEqual(heapPlan(config, ['--max_semi_space_size=8'], {}), { kind: 'relaunch', flags: ['--max-old-space-size=173', ownInitial, '--liftoff-only'], env: OWN_ENV });
+  assert.deepEqual(heapPlan(config, [], { NODE_OPTIONS: '--max-semi-space-size=16' }), { kind: 'relaunch', flags: ['--max-old-space-size=173', ownInitial, '--liftoff-only'], env: { MALLOC_ARENA_MAX: '1' } });
+  assert.deepEqual(heapPlan(config, ['--max_semi_space_size=8'], {}), { kind: 'relaunch', flags: ['--max-old-space-size=173', ownInitial, '--liftoff-only'], env: { MALLOC_ARENA_MAX: '1' } });
   assert.deepEqual(heapPlan(config, ['--max-old-space-size=173', ownInitial], { [HEAP_SIZED_ENV]: '1', NODE_OPTIONS: '--max-semi-space-size=16', MALLOC_ARENA_MAX: '1' }), {
     kind: 'serve',
     settings: { set_by: 'perch', old_space_mib: 173, semi_space_mib: 16, initial_old_space_mib: 48, malloc_arena_max: '1', wasm_liftoff_only: false },
@@ -131,22 +128,20 @@ test('the old space perch asks for is 0.85 x max_bytes + 64 MiB, with a 4 MiB se
   assert.deepEqual(heapPlan(config, [], { NODE_OPTIONS: '--initial-old-space-size=8' }), {
     kind: 'relaunch',
     flags: ['--max-old-space-size=173', '--max-semi-space-size=4', '--liftoff-only'],
-    env: OWN_ENV,
+    env: { MALLOC_ARENA_MAX: '1' },
   });
-  assert.deepEqual(heapPlan(config, ['--initial_old_space_size=100'], {}), { kind: 'relaunch', flags: ['--max-old-space-size=173', '--max-semi-space-size=4', '--liftoff-only'], env: OWN_ENV });
+  assert.deepEqual(heapPlan(config, ['--initial_old_space_size=100'], {}), { kind: 'relaunch', flags: ['--max-old-space-size=173', '--max-semi-space-size=4', '--liftoff-only'], env: { MALLOC_ARENA_MAX: '1' } });
   assert.deepEqual(heapPlan(config, ['--max-old-space-size=173', '--max-semi-space-size=4', '--liftoff-only'], { [HEAP_SIZED_ENV]: '1', NODE_OPTIONS: '--initial-old-space-size=8', MALLOC_ARENA_MAX: '1' }), {
     kind: 'serve',
     settings: { set_by: 'perch', old_space_mib: 173, semi_space_mib: 4, initial_old_space_mib: 8, malloc_arena_max: '1', wasm_liftoff_only: true },
   });
 });
 
-test("perch relaunches with one glibc malloc arena and fixed mmap and trim thresholds, each unless the environment sets it: the user's value is kept and reported", T, () => {
+test("perch relaunches with one glibc malloc arena, unless the environment sets MALLOC_ARENA_MAX: the user's value is kept and reported", T, () => {
   const config = parseConfig(testConfig('main: { kind: fixture }'), {});
-  assert.deepEqual(relaunchEnv({}), OWN_ENV);
-  assert.deepEqual(relaunchEnv({ MALLOC_ARENA_MAX: '4' }), { MALLOC_MMAP_THRESHOLD_: '65536', MALLOC_TRIM_THRESHOLD_: '131072' });
-  assert.deepEqual(relaunchEnv({ MALLOC_MMAP_THRESHOLD_: '1048576' }), { MALLOC_ARENA_MAX: '1', MALLOC_TRIM_THRESHOLD_: '131072' });
-  assert.deepEqual(relaunchEnv({ MALLOC_ARENA_MAX: '4', MALLOC_MMAP_THRESHOLD_: '0', MALLOC_TRIM_THRESHOLD_: '0' }), {});
-  assert.deepEqual(heapPlan(config, [], { MALLOC_ARENA_MAX: '4' }), { kind: 'relaunch', flags: heapFlags(config), env: { MALLOC_MMAP_THRESHOLD_: '65536', MALLOC_TRIM_THRESHOLD_: '131072' } });
+  assert.deepEqual(relaunchEnv({}), { MALLOC_ARENA_MAX: '1' });
+  assert.deepEqual(relaunchEnv({ MALLOC_ARENA_MAX: '4' }), {});
+  assert.deepEqual(heapPlan(config, [], { MALLOC_ARENA_MAX: '4' }), { kind: 'relaunch', flags: heapFlags(config), env: {} });
   const relaunched = heapPlan(config, heapFlags(config), { [HEAP_SIZED_ENV]: '1', MALLOC_ARENA_MAX: '4' });
   assert.equal(relaunched.kind === 'serve' && relaunched.settings.set_by === 'perch' && relaunched.settings.malloc_arena_max, '4');
 });
@@ -163,8 +158,6 @@ test('with nothing passed, perch runs with a heap sized from cache.memory.max_by
   const server = perch.child.pid!;
   assert.deepEqual(flagsOf(server), ['--max-old-space-size=119', '--max-semi-space-size=4', '--initial-old-space-size=24', '--liftoff-only']);
   assert.equal(envOf(server, 'MALLOC_ARENA_MAX'), '1');
-  assert.equal(envOf(server, 'MALLOC_MMAP_THRESHOLD_'), '65536');
-  assert.equal(envOf(server, 'MALLOC_TRIM_THRESHOLD_'), '131072');
   // One process: node replaced itself, no launcher stays.
   assert.equal(childrenOf(perch.child.pid!).length, 0);
   assert.equal(perch.lines().filter((l) => String(l.msg).endsWith(' starting')).length, 1);
@@ -181,7 +174,6 @@ test('through bin/perch, perch is the one process on every node: sized heap, one
   assert.deepEqual(flagsOf(pid), ['--max-old-space-size=119', '--max-semi-space-size=4', '--initial-old-space-size=24', '--liftoff-only']);
   assert.equal(readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')[0], process.execPath);
   assert.equal(envOf(pid, 'MALLOC_ARENA_MAX'), '1');
-  assert.equal(envOf(pid, 'MALLOC_MMAP_THRESHOLD_'), '65536');
   assert.equal(childrenOf(pid).length, 0);
   perch.child.kill('SIGTERM');
   assert.equal(await perch.exited, 0);

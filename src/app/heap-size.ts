@@ -51,23 +51,6 @@ export const MALLOC_ARENA_ENV = 'MALLOC_ARENA_MAX';
 export const MALLOC_ARENAS = 1;
 
 /**
- * glibc's malloc thresholds perch relaunches with, each unless the environment sets it already
- * (glibc reads them at start): allocations of 64 KiB or more get a mapping of their own, given
- * back to the system when freed, and the top of the heap is given back once 128 KiB of it are
- * free. glibc starts at 128 KiB for both but raises them each time it frees a mapped chunk (up to
- * 32 MiB and 64 MiB), so after a few large buffers were freed the rest came from the heap, and
- * what was freed there stayed resident below chunks still in use; a threshold set in the
- * environment stays fixed. Node's socket reads allocate 64 KiB each before shrinking to what was
- * read. A fill of 120,000 ~10 KB pages into `max_bytes` 64 MiB on Node 24 ended with glibc's heap
- * at 17.8 MiB against 22.1-23.0 without (docs/performance.md). Other C libraries (musl) ignore
- * the variables.
- */
-export const MALLOC_THRESHOLDS: Readonly<Record<string, string>> = {
-  MALLOC_MMAP_THRESHOLD_: String(64 * 1024),
-  MALLOC_TRIM_THRESHOLD_: String(128 * 1024),
-};
-
-/**
  * The V8 flag perch also starts node with: WebAssembly stays on Liftoff, V8's baseline compiler
  * for it. undici parses the upstreams' HTTP/1.1 with llhttp compiled to WebAssembly, and once that
  * is hot V8 recompiles it with its optimizing compiler on a worker thread. That compilation's
@@ -160,8 +143,7 @@ export function heapFlags(config: Config, user: UserHeapFlags = {}): string[] {
 
 /** What perch adds to the relaunched process's environment: nothing the user set is replaced. */
 export function relaunchEnv(env: NodeJS.ProcessEnv): Record<string, string> {
-  const own: Record<string, string> = { [MALLOC_ARENA_ENV]: String(MALLOC_ARENAS), ...MALLOC_THRESHOLDS };
-  return Object.fromEntries(Object.entries(own).filter(([name]) => env[name] === undefined));
+  return env[MALLOC_ARENA_ENV] === undefined ? { [MALLOC_ARENA_ENV]: String(MALLOC_ARENAS) } : {};
 }
 
 /**
