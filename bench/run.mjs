@@ -108,7 +108,7 @@ function readOptions() {
       pages: num('BENCH_MEMORY_PAGES', 120_000, { min: 1, integer: true }),
       maxBytes: num('BENCH_MEMORY_MAX_BYTES', 64 * 1024 * 1024, { min: 1024 * 1024, integer: true }),
       connections: num('BENCH_MEMORY_CONNECTIONS', 32, { min: 1, integer: true }),
-      deadlineS: 600,
+      deadlineS: 1200,
     },
   };
 }
