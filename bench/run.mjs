@@ -11,7 +11,8 @@
 //   BENCH_MISS_COMPRESSION       YAML for the miss perch's cache.compression, e.g. '{ brotli: false, gzip: false }'
 //   BENCH_ONLY                   comma list of scenarios: hit,hit-side,hit-tail,hit-rate,bytes,miss,economy,memory,redis-frozen,validate,quota,sick-upstream,fairness,batch,tracing
 //   BENCH_ECONOMY_REQUESTS (100000), BENCH_ECONOMY_KEYS (10000), BENCH_ZIPF_S (1.1), BENCH_SEED (6)
-//   BENCH_MEMORY_ENTRIES (100000), BENCH_MEMORY_PAGES (40000), BENCH_MEMORY_MAX_BYTES (134217728)
+//   BENCH_MEMORY_PAGES (120000), BENCH_MEMORY_MAX_BYTES (67108864), BENCH_MEMORY_CONNECTIONS (32),
+//   BENCH_MEMORY_NODES (comma list of node executables; default this one)
 //   BENCH_SERVER_CPU (0), BENCH_CLIENT_CPU (1)
 //   BENCH_LOG_FILE=0             perch logs to /dev/null instead of a file in the temp dir (diagnosis
 //                                only: production writes its log, and the figures say which it was)
@@ -104,10 +105,10 @@ function readOptions() {
       deadlineS: 120,
     },
     memory: {
-      entries: num('BENCH_MEMORY_ENTRIES', 100_000, { min: 1, integer: true }),
-      pages: num('BENCH_MEMORY_PAGES', 40_000, { min: 1, integer: true }),
-      maxBytes: num('BENCH_MEMORY_MAX_BYTES', 128 * 1024 * 1024, { min: 1024 * 1024, integer: true }),
-      deadlineS: 120,
+      pages: num('BENCH_MEMORY_PAGES', 120_000, { min: 1, integer: true }),
+      maxBytes: num('BENCH_MEMORY_MAX_BYTES', 64 * 1024 * 1024, { min: 1024 * 1024, integer: true }),
+      connections: num('BENCH_MEMORY_CONNECTIONS', 32, { min: 1, integer: true }),
+      deadlineS: 1200,
     },
   };
 }

@@ -6,8 +6,8 @@ import { start, waitForLine } from './procs.mjs';
 
 const script = (name) => fileURLToPath(new URL(`./servers/${name}.mjs`, import.meta.url));
 
-async function startScript(ctx, name, env = {}, { ownSession = false } = {}) {
-  const proc = start(name, process.execPath, [script(name)], { cpu: ctx.pin.serverCpu, env: { ...process.env, ...env }, ownSession });
+async function startScript(ctx, name, env = {}, { ownSession = false, node = process.execPath } = {}) {
+  const proc = start(name, node, [script(name)], { cpu: ctx.pin.serverCpu, env: { ...process.env, ...env }, ownSession });
   const [, port] = await waitForLine(proc, /^LISTENING (\d+)$/);
   return { proc, port: Number(port), url: `http://127.0.0.1:${port}` };
 }
@@ -36,6 +36,11 @@ export function startPerchShell(ctx, userId) {
 /** A miss's work done plainly on node:http and undici, up to `work` (hop, parse or compress: see servers/plain-miss.mjs). */
 export function startPlainMiss(ctx, upstreamUrl, work) {
   return startScript(ctx, 'plain-miss', { UPSTREAM: upstreamUrl, MISS_WORK: work, PERCH_ROOT: ctx.repoRoot });
+}
+
+/** A cache done plainly on `node` with Node's defaults: bodies as Buffers in a Map, up to `maxBytes` (see servers/plain-cache.mjs). */
+export function startPlainCache(ctx, upstreamUrl, maxBytes, node) {
+  return startScript(ctx, 'plain-cache', { UPSTREAM: upstreamUrl, MAX_BYTES: String(maxBytes) }, { node });
 }
 
 /** The hit path's work done plainly on bare node:http (see servers/minimal-path.mjs). */
