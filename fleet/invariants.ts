@@ -338,8 +338,7 @@ export function resourceOf(path: string): string {
 /** docs/caching.md "Purging": a purge answered 200 is a miss on the next GET on every instance. */
 export const purgeWins: Invariant = {
   name: 'purgeWins',
-  bound: 'a 200 sent after a purge was answered 200 carries a body the provider answered to a call that began after the purge was sent (issue 58 when the answer joined a flight begun before the purge, or Redis had a fault)',
-  openIssue: 58,
+  bound: 'a 200 sent after a purge was answered 200 carries a body the provider answered to a call that began after the purge was sent',
   check: (h) => {
     const out: Violation[] = [];
     const purges = h.purges.filter((p) => p.status === 200);
@@ -355,7 +354,7 @@ export const purgeWins: Invariant = {
       // flight (or Redis, which holds the purge counters, restarted) the purge did not hold at all.
       const joined = earlier.some((c) => c.end >= purge.sent);
       const trouble = redisTrouble(h, purge.sent, r.done);
-      out.push({ invariant: 'purgeWins', message: `${res} v${r.version} answered at t=${Math.round(r.done)} (sent t=${Math.round(r.sent)}) after a purge acknowledged at t=${Math.round(purge.done)}, and no call since the purge answered it${joined ? ' (a flight begun before the purge)' : ''}`, at: r.sent, slice: [...trouble, purge, ...earlier, r], ...(joined || trouble.length > 0 ? { openIssue: 58 } : {}) });
+      out.push({ invariant: 'purgeWins', message: `${res} v${r.version} answered at t=${Math.round(r.done)} (sent t=${Math.round(r.sent)}) after a purge acknowledged at t=${Math.round(purge.done)}, and no call since the purge answered it${joined ? ' (a flight begun before the purge)' : ''}`, at: r.sent, slice: [...trouble, purge, ...earlier, r] });
     }
     return out.slice(0, 5);
   },
@@ -375,7 +374,6 @@ function answersOn(h: History): Map<string, RequestEvent[]> {
 export const versionsMonotonic: Invariant = {
   name: 'versionsMonotonic',
   bound: 'per instance process and path, a 200 sent after another was answered carries a version >= that one',
-  openIssue: 58,
   check: (h) => {
     const out: Violation[] = [];
     for (const list of answersOn(h).values()) {
@@ -383,7 +381,7 @@ export const versionsMonotonic: Invariant = {
       for (const r of list) {
         if (r.status !== 200 || r.version === undefined) continue;
         if (newest !== undefined && newest.done < r.sent && r.version < newest.version!) {
-          out.push({ invariant: 'versionsMonotonic', message: `instance ${r.inst} answered ${resourceOf(r.path)} v${r.version} after v${newest.version}`, at: r.sent, slice: [newest, r], openIssue: 58 });
+          out.push({ invariant: 'versionsMonotonic', message: `instance ${r.inst} answered ${resourceOf(r.path)} v${r.version} after v${newest.version}`, at: r.sent, slice: [newest, r] });
           break;
         }
         if (newest === undefined || (r.version > newest.version! && r.done > newest.done)) newest = r;
@@ -419,7 +417,6 @@ export const staleWithinBound: Invariant = {
 export const notModifiedMatches: Invariant = {
   name: 'notModifiedMatches',
   bound: 'a 304 between two 200s of the same instance and path carrying the same body v is only for a validator taken from v',
-  openIssue: 58,
   check: (h) => {
     const out: Violation[] = [];
     for (const list of answersOn(h).values()) {
@@ -429,7 +426,7 @@ export const notModifiedMatches: Invariant = {
         const before = list.slice(0, i).filter((o) => o.status === 200 && o.done < r.sent).at(-1);
         const after = list.slice(i + 1).find((o) => o.status === 200 && o.sent > r.done);
         if (before?.version === undefined || after?.version !== before.version) continue;
-        if (r.validatorVersion !== before.version) out.push({ invariant: 'notModifiedMatches', message: `304 for ${r.validator} of v${r.validatorVersion} while the instance served v${before.version} before and after`, at: r.sent, slice: [before, r, after], openIssue: 58 });
+        if (r.validatorVersion !== before.version) out.push({ invariant: 'notModifiedMatches', message: `304 for ${r.validator} of v${r.validatorVersion} while the instance served v${before.version} before and after`, at: r.sent, slice: [before, r, after] });
       }
     }
     return out.slice(0, 5);
@@ -544,29 +541,26 @@ export const liveness: Invariant = {
 export const termWithinGrace: Invariant = {
   name: 'termWithinGrace',
   bound: 'a SIGTERMed process exits within shutdown_grace_ms + 1 s',
-  openIssue: 60,
   check: (h) =>
     h.procs
       .filter((p) => p.kind === 'exit' && p.sentSignal === 'SIGTERM' && p.at - p.signalAt! > h.run.graceMs + 1000)
-      .map((p) => ({ invariant: 'termWithinGrace', message: `instance ${p.inst} took ${Math.round(p.at - p.signalAt!)} ms to exit after SIGTERM (grace ${h.run.graceMs} ms)`, at: p.signalAt!, slice: [p], ...(p.inst === 0 && h.run.workers > 0 ? { openIssue: 60 } : {}) })),
+      .map((p) => ({ invariant: 'termWithinGrace', message: `instance ${p.inst} took ${Math.round(p.at - p.signalAt!)} ms to exit after SIGTERM (grace ${h.run.graceMs} ms)`, at: p.signalAt!, slice: [p] })),
 };
 
 /** docs/observability.md "Logs": JSON lines on stdout and nothing else. */
 export const stdoutWholeJson: Invariant = {
   name: 'stdoutWholeJson',
   bound: 'every stdout line of every instance is one whole JSON object',
-  openIssue: 60,
   check: (h) =>
     h.stdouts
       .filter((s) => s.badLines.length > 0)
-      .map((s) => ({ invariant: 'stdoutWholeJson', message: `instance ${s.inst} (process ${s.gen}): ${s.badLines.length} lines not JSON, first: ${s.badLines[0]!.slice(0, 200)}`, at: 0, slice: [s], ...(s.inst === 0 && h.run.workers > 0 ? { openIssue: 60 } : {}) })),
+      .map((s) => ({ invariant: 'stdoutWholeJson', message: `instance ${s.inst} (process ${s.gen}): ${s.badLines.length} lines not JSON, first: ${s.badLines[0]!.slice(0, 200)}`, at: 0, slice: [s] })),
 };
 
 /** docs/observability.md: one access line per request. */
 export const accessLinesMatch: Invariant = {
   name: 'accessLinesMatch',
   bound: 'for a process that ended on SIGTERM or ran to the end: every answer has its access line (by X-Request-Id), and every access line is a request sent to it',
-  openIssue: 60,
   check: (h) => {
     const out: Violation[] = [];
     for (const s of h.stdouts) {
@@ -576,7 +570,7 @@ export const accessLinesMatch: Invariant = {
       const missing = sent.filter((r) => r.status > 0 && !logged.has(r.id));
       const ids = new Set(sent.map((r) => r.id));
       const extra = s.accessIds.filter((id) => !ids.has(id));
-      if (missing.length > 0 || extra.length > 0) out.push({ invariant: 'accessLinesMatch', message: `instance ${s.inst} (process ${s.gen}): ${missing.length} answers without an access line, ${extra.length} access lines of no request sent`, at: missing[0]?.sent ?? 0, slice: missing.slice(0, 5), ...(s.inst === 0 && h.run.workers > 0 ? { openIssue: 60 } : {}) });
+      if (missing.length > 0 || extra.length > 0) out.push({ invariant: 'accessLinesMatch', message: `instance ${s.inst} (process ${s.gen}): ${missing.length} answers without an access line, ${extra.length} access lines of no request sent`, at: missing[0]?.sent ?? 0, slice: missing.slice(0, 5) });
     }
     return out;
   },
