@@ -226,9 +226,26 @@ test('a metrics port that would be the API port of a worker is refused at start 
 /** `perch --workers 2` whose worker 2 cannot start: its metrics port (metrics.port + 1) is held by the test. */
 async function workerTwoCannotStart(t: TestContext) {
   const redis = await startRedis(t);
-  const holder = createServer();
-  await new Promise<void>((resolve) => holder.listen(0, '127.0.0.1', resolve));
-  onCleanup(t, () => new Promise<void>((resolve) => holder.close(() => resolve())));
+  // Worker 1's metrics port is the one below the held one: a port the system handed out is no
+  // promise that its neighbour is free, so a pair is taken whose lower port was seen free.
+  const listen = (server: ReturnType<typeof createServer>, port: number) =>
+    new Promise<boolean>((resolve) => {
+      server.once('error', () => resolve(false));
+      server.listen(port, '127.0.0.1', () => resolve(true));
+    });
+  let holder = createServer();
+  for (;;) {
+    await listen(holder, 0);
+    const probe = createServer();
+    if (await listen(probe, (holder.address() as AddressInfo).port - 1)) {
+      await new Promise<void>((resolve) => probe.close(() => resolve()));
+      break;
+    }
+    await new Promise<void>((resolve) => holder.close(() => resolve()));
+    holder = createServer();
+  }
+  const kept = holder;
+  onCleanup(t, () => new Promise<void>((resolve) => kept.close(() => resolve())));
   const held = (holder.address() as AddressInfo).port;
   const config = join(tempDir(t, 'perch-workers-'), 'perch.yaml');
   writeFileSync(config, yaml(await freePort(), 'http://127.0.0.1:9', redis.url, undefined, `metrics: { port: ${held - 1} }`));
