@@ -275,6 +275,27 @@ test('an admission answered late gives back the place Redis took for it: no max_
   assert.deepEqual([(await b.request('/v1/users/2')).status, upstream.requests.length], [200, 1]);
 });
 
+test('a call that may not wait, answered late, asks again at once: served within the cap, not 429', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const { relay, a, inspector } = await relayedPair(t, redis, upstream, 'max_concurrent: 1, queue_timeout_ms: 0, timeout_ms: 30000');
+  // Replies are held until A has timed out on its admission and sent its finish (the script on
+  // three keys from the rate log, the admission has more): A's ask again follows it on the
+  // connection and is answered in time.
+  const monitor = await inspector.monitor();
+  onCleanup(t, () => monitor.disconnect());
+  let finished = false;
+  monitor.on('monitor', (_time: string, args: string[]) => {
+    if (/^eval/i.test(args[0] ?? '') && args[2] === '3' && args[3]?.endsWith(':recent')) finished = true;
+  });
+  relay.hold();
+  const late = a.request('/v1/users/1');
+  await waitFor(() => finished);
+  relay.release();
+  assert.deepEqual([(await late).status, upstream.requests.length], [200, 1]);
+  await waitFor(async () => (await inspector.zcard('perch:{up:main}:leases')) === 0);
+});
+
 /** The guard's state as perch builds it (Redis insured by memory), on `clock`, with its parts. */
 function insuredState(t: TestContext, redis: TestRedis, clock: ManualClock, url = redis.url) {
   // As perch's own client (redis-client.ts): no offline queue, no retries; a short timeout.

@@ -9,6 +9,10 @@ import { IN_FLIGHT_POLL_MS, type MemoryProviderState } from './memory-state.js';
 import type { Admission, AdmitQuery, CallCap, HeldCall, OutcomeReport, OutcomeTotals, ProviderState, Spend, SpendQuery, Stop, StopState } from './provider-state.js';
 import type { RedisProviderState } from './redis-state.js';
 
+/** How many times more a call that may not wait asks a Redis that answered it too late: once, so
+ * that one call alone never moves the breaker to open, and memory admit it, for a held reply. */
+const UNANSWERED_REASKS = 1;
+
 /** How often what Redis is owed is tried again while nothing else sends it. */
 const RETRY_MS = 1000;
 
@@ -88,6 +92,10 @@ export class InsuredProviderState implements ProviderState {
   }
 
   admit(query: AdmitQuery): Admission | Promise<Admission> {
+    return this.#admit(query, UNANSWERED_REASKS);
+  }
+
+  #admit(query: AdmitQuery, reasks: number): Admission | Promise<Admission> {
     // A stop this instance recorded holds at once: the shared record may still be on its way to
     // Redis, and calls admitted there meanwhile would reach a provider that already said stop.
     const local = this.#memory.unstopped(query);
@@ -97,11 +105,15 @@ export class InsuredProviderState implements ProviderState {
     this.#leaseMs.set(query.upstream, query.leaseMs);
     const breaker = this.#upstream(query.upstream);
     let failure: unknown;
+    let unanswered = false;
     const admission = insured(
       breaker,
       () => this.#sharedAdmit(free),
       () => {
-        if (failure !== undefined && isTimeout(failure) && breaker.state === 'closed') return this.#unanswered(query);
+        if (failure !== undefined && isTimeout(failure) && breaker.state === 'closed') {
+          unanswered = true;
+          return this.#unanswered(query);
+        }
         if (failure !== undefined) this.#switches.failed(failure);
         // Redis may come back without what this instance counts (restarted empty, or it missed
         // these calls): whatever memory decides now, it all goes back.
@@ -112,6 +124,10 @@ export class InsuredProviderState implements ProviderState {
     );
     if (!(admission instanceof Promise)) return admission;
     return admission.then((answer) => {
+      // A call that may not wait (queue_timeout_ms 0) would be refused for Redis's slowness, not
+      // for the cap: it asks again at once, after the finish of the late ask, a few times. Each
+      // unanswered ask moves the breaker, so a Redis that keeps timing out still opens it.
+      if (unanswered && query.waits === false && reasks > 0) return this.#admit(query, reasks - 1);
       this.#writeBackOthers(query.upstream);
       this.#writeBackOtherSpends();
       return answer;
@@ -134,9 +150,10 @@ export class InsuredProviderState implements ProviderState {
    * an outage: Redis may be answering late (a loaded machine, a stalled event loop), and the
    * script may well have run. Admitting from memory then adds this instance's share to what
    * Redis keeps admitting for the others, so the fleet's window gets more than the cap with
-   * Redis up. The call waits and asks again instead; the place the script may have taken is given
-   * back (the finish runs after it on the same connection), and a Redis that keeps timing out
-   * opens the breaker, after which memory decides as in any outage.
+   * Redis up. The call waits and asks again instead (one that may not wait asks again at once,
+   * `UNANSWERED_REASKS` times at most); the place the script may have taken is given back (the
+   * finish runs after it on the same connection, before any ask again), and a Redis that keeps
+   * timing out opens the breaker, after which memory decides as in any outage.
    */
   #unanswered(query: AdmitQuery): Admission {
     this.#redis.finish(query.upstream, query.leaseId);
