@@ -174,6 +174,8 @@ export class Instance {
   }
 
   #recordStdout(gen: number, clean: boolean): void {
+    // Kept beside the history, so that a failing seed can be read from perch's own lines.
+    writeFileSync(this.configPath.replace(/\.yaml$/, `-gen${gen}.log`), this.#stdout);
     const lines = this.#stdout.split('\n');
     // A process killed mid-write may leave a partial last line: only whole lines are judged then.
     const last = lines.pop() ?? '';
