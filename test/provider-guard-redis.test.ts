@@ -488,3 +488,23 @@ test('a Redis restarted empty gets back every call an instance had Redis admit, 
   assert.deepEqual(await misses([b], 200, 3), [200, 200, 429]);
   assert.equal(upstream.requests.length, 10);
 });
+
+test('a fleet\'s first start keeps each part of the cap to its share only for that part\'s window: the rate after a second, the quota for its own', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const clock = new ManualClock();
+  const { state, ready } = insuredState(t, redis, clock);
+  await ready();
+  // Redis's own windows run on its clock and are wide: only the share, on the injected clock, binds.
+  const cap = { rate: { perSecond: 100, burst: 100, windowLimit: 100, windowMs: 1000 }, quota: { requests: 100, windowMs: 120_000 } };
+  const localCap = { rate: { perSecond: 1, burst: 1, windowLimit: 1, windowMs: 1000 }, quota: { requests: 5, windowMs: 120_000 } };
+  const ask = async (count: number): Promise<string[]> => {
+    const kinds: string[] = [];
+    for (let i = 0; i < count; i++) kinds.push((await state.admit({ ...oneAtATime(), cap, localCap })).kind);
+    return kinds;
+  };
+  assert.deepEqual(await ask(2), ['admitted', 'over_cap'], 'one call a second, the share of the rate');
+  clock.advance(1000);
+  assert.deepEqual(await ask(5), ['admitted', 'admitted', 'admitted', 'admitted', 'over_cap'], 'the rate window has passed: only the share of the quota, 5, binds');
+  clock.advance(119_000);
+  assert.deepEqual(await ask(2), ['admitted', 'admitted'], 'the quota window has passed too: the fleet\'s cap alone');
+});

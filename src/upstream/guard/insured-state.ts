@@ -32,8 +32,9 @@ const RETRY_MS = 1000;
  *   and also as soon as the connection is ready again, since a Redis that restarted lost all of
  *   it.
  * A Redis that restarted empty (a generation key of the upstream missing or changed after a
- * reconnection) admits for this instance only within its share for a window, as an outage
- * does: the other instances' calls are back only once each of them has reconnected.
+ * reconnection) admits for this instance only within its share of each part of the cap for that
+ * part's window, as an outage does: the other instances' calls are back only once each of them
+ * has reconnected, or once they have aged out of the window.
  * Stops go back the same way: every stop memory still holds for the upstream is written with
  * its end before the calls, so one learned while Redis was away, or lost by a restart, holds
  * for the fleet again once Redis returns.
@@ -65,12 +66,10 @@ export class InsuredProviderState implements ProviderState {
   /** The generation of each upstream's keys last seen in Redis, and its check on this connection. */
   readonly #generations = new Map<string, string>();
   readonly #checked = new Map<string, Promise<void>>();
-  /** Upstreams whose Redis came back empty, each until when this instance keeps to its share. */
-  readonly #freshUntil = new Map<string, number>();
+  /** Upstreams whose Redis came back empty, each since when its windows may lack others' calls. */
+  readonly #freshSince = new Map<string, number>();
   /** The latest admission asked within the share, per upstream: the next waits for it. */
   readonly #turns = new Map<string, Promise<void>>();
-  /** Each upstream's lease, which bounds how long another instance's call stays in flight. */
-  readonly #leaseMs = new Map<string, number>();
   /** Calls charged to budgets here that Redis has not counted yet, by budget key. */
   readonly #unsent = new Map<string, { query: SpendQuery; calls: number }>();
 
@@ -102,7 +101,6 @@ export class InsuredProviderState implements ProviderState {
     if (local.candidates.length === 0 && local.earliest !== undefined) return { kind: 'stopped', ...local.earliest };
     const free = local.candidates.length === query.candidates.length ? query : { ...query, candidates: local.candidates };
     this.#caps.set(query.upstream, query.cap);
-    this.#leaseMs.set(query.upstream, query.leaseMs);
     const breaker = this.#upstream(query.upstream);
     let failure: unknown;
     let unanswered = false;
@@ -161,16 +159,15 @@ export class InsuredProviderState implements ProviderState {
   }
 
   async #sharedAdmit(query: AdmitQuery): Promise<Admission> {
-    await this.#check(query.upstream, query.cap, query.leaseMs);
+    await this.#check(query.upstream);
     // Again while memory admitted more during the write: a half-open breaker's probe is on its
     // way here, and the calls memory admits meanwhile must be in Redis before it admits.
     for (let writing = this.#writeBack(query.upstream); writing !== undefined; writing = this.#writeBack(query.upstream)) await writing;
-    const fresh = this.#freshUntil.get(query.upstream);
-    if (fresh !== undefined) {
+    const since = this.#freshSince.get(query.upstream);
+    if (since !== undefined) {
       // A share of 1 (the default) is the whole cap: nothing to keep to, no turns to take.
-      if (fresh > this.#now()) {
-        if (!sameCap(query.cap, query.localCap)) return this.#inTurn(query.upstream, () => this.#admitWithinShare(query));
-      } else this.#freshUntil.delete(query.upstream);
+      if (missingParts(query, this.#now() - since) === undefined) this.#freshSince.delete(query.upstream);
+      else if (!sameCap(query.cap, query.localCap)) return this.#inTurn(query.upstream, () => this.#admitWithinShare(query));
     }
     return this.#admitShared(query);
   }
@@ -188,9 +185,10 @@ export class InsuredProviderState implements ProviderState {
    * so misses asking together would each find the share free and all be admitted.
    */
   async #admitWithinShare(query: AdmitQuery): Promise<Admission> {
-    const fresh = this.#freshUntil.get(query.upstream);
-    if (fresh !== undefined && fresh > this.#now()) {
-      const waitMs = this.#memory.waitMs({ ...query, cap: query.localCap });
+    const since = this.#freshSince.get(query.upstream);
+    const share = since === undefined ? undefined : missingParts(query, this.#now() - since);
+    if (share !== undefined) {
+      const waitMs = this.#memory.waitMs({ ...query, cap: share });
       if (waitMs > 0) return { kind: 'over_cap', waitMs };
     }
     return this.#admitShared(query);
@@ -215,23 +213,23 @@ export class InsuredProviderState implements ProviderState {
    * Learns the generation of `upstream`'s keys once per connection. One this instance did not
    * know, or one it had to set itself after a reconnection, is a Redis that came back empty: the
    * other instances' calls in the windows are missing until each of them writes back, so until
-   * a whole window (and a lease) has passed, this instance admits through Redis only within its
-   * own share (`redis_down_share`), counting its calls before the restart. An instance that
-   * meets the generation for the first time (it started, or never asked for the upstream, since
-   * the restart) cannot tell a restart from a fleet's first start: while the generation is
-   * younger than that window it keeps to its share too, with nothing of its own to count.
+   * they have aged out of each part of the cap (`missingParts`), this instance admits through
+   * Redis only within its own share of that part (`redis_down_share`), counting its calls before
+   * the restart. An instance that meets the generation for the first time (it started, or never
+   * asked for the upstream, since the restart) cannot tell a restart from a fleet's first start:
+   * while the generation is younger than a part's window it keeps to its share of that part too,
+   * with nothing of its own to count.
    */
-  #check(upstream: string, cap: CallCap, leaseMs: number): Promise<void> {
+  #check(upstream: string): Promise<void> {
     let checking = this.#checked.get(upstream);
     if (checking === undefined) {
       checking = this.#redis.generation(upstream, randomUUID()).then(
         ({ generation, fresh, ageMs }) => {
           const known = this.#generations.get(upstream);
-          const windowMs = Math.max(cap.rate?.windowMs ?? 0, cap.quota?.windowMs ?? 0, leaseMs);
-          let untilMs: number | undefined;
-          if (known === undefined) untilMs = ageMs < windowMs ? this.#now() + windowMs - ageMs : undefined;
-          else if (fresh || known !== generation) untilMs = this.#now() + windowMs;
-          if (untilMs !== undefined) this.#freshUntil.set(upstream, Math.max(untilMs, this.#freshUntil.get(upstream) ?? 0));
+          let since: number | undefined;
+          if (known === undefined) since = this.#now() - ageMs;
+          else if (fresh || known !== generation) since = this.#now();
+          if (since !== undefined) this.#freshSince.set(upstream, Math.max(since, this.#freshSince.get(upstream) ?? -Infinity));
           this.#generations.set(upstream, generation);
         },
         (error: unknown) => {
@@ -325,11 +323,10 @@ export class InsuredProviderState implements ProviderState {
     }
     for (const upstream of this.#memory.upstreams()) {
       this.#diverge(upstream);
-      const cap = this.#caps.get(upstream);
       void this.#insured(
         this.#upstream(upstream),
         async () => {
-          if (cap !== undefined) await this.#check(upstream, cap, this.#leaseMs.get(upstream) ?? 0);
+          if (this.#caps.has(upstream)) await this.#check(upstream);
           await this.#writeBack(upstream);
         },
         () => undefined,
@@ -499,6 +496,21 @@ export class InsuredProviderState implements ProviderState {
 }
 
 /** Whether two caps admit alike: a `redis_down_share` of 1 compiles the shared cap again. */
+/**
+ * The parts of this instance's share that still bind `ageMs` after Redis lost the fleet's counts
+ * (undefined once none does): each part of the cap counts only the calls of its own window, so
+ * the others' calls missing from Redis have aged out of the rate window after a second and out of
+ * `max_concurrent` after a lease, while the quota's window may last a day.
+ */
+function missingParts(query: AdmitQuery, ageMs: number): CallCap | undefined {
+  const { cap, localCap } = query;
+  const parts: { -readonly [K in keyof CallCap]: CallCap[K] } = {};
+  if (cap.rate !== undefined && ageMs < cap.rate.windowMs) parts.rate = localCap.rate;
+  if (cap.quota !== undefined && ageMs < cap.quota.windowMs) parts.quota = localCap.quota;
+  if (cap.maxConcurrent !== undefined && ageMs < query.leaseMs) parts.maxConcurrent = localCap.maxConcurrent;
+  return Object.keys(parts).length === 0 ? undefined : parts;
+}
+
 function sameCap(a: CallCap, b: CallCap): boolean {
   return (
     a.rate?.perSecond === b.rate?.perSecond &&
