@@ -150,7 +150,15 @@ test('a purge answers 200 only once every instance it reached applied it; 503 wh
   proxy.hold();
   let answered: TestResponse | undefined;
   const purged = purge(b, TWEET_SCOPE).then((r) => (answered = r));
-  await new Promise((resolve) => setTimeout(resolve, 300));
+  // B applied its purge, one confirmation of the two it waits for, then read the count again
+  // twice: it saw one and went on waiting.
+  const inspector = new Redis(redis.url);
+  onCleanup(t, () => inspector.disconnect());
+  const acks = await pollFor(async () => (await inspector.keys('c:gen:ack:*'))[0]);
+  await waitFor(async () => (await inspector.mget(acks))[0] === '1');
+  const reads = async () => Number(/cmdstat_get:calls=(\d+)/.exec(await inspector.info('commandstats'))?.[1] ?? 0);
+  const seen = await reads();
+  await waitFor(async () => (await reads()) >= seen + 2);
   assert.equal(answered, undefined, 'no 200 while A has not applied the purge');
   proxy.release();
   assert.equal((await purged).status, 200);
