@@ -471,9 +471,10 @@ test('a Redis restarted empty gets back every call an instance had Redis admit, 
   const upstream = await startUpstream(t, sampleProvider);
   const inspector = new Redis(redis.url);
   onCleanup(t, () => inspector.disconnect());
-  // A keyspace older than the window (a generation with no time is as old as can be), so A may
-  // spend past its share before the restart, as an instance of a long-running fleet can.
-  await inspector.set('perch:{up:main}:generation', 'seed');
+  // A keyspace older than the window (a generation of this server's run written at time 0), so
+  // A may spend past its share before the restart, as an instance of a long-running fleet can.
+  const run = /run_id:(\w+)/.exec(await inspector.info('server'))![1]!;
+  await inspector.set('perch:{up:main}:generation', `seed ${run} 0`);
   const extra = `${QUOTA}, redis_down_share: 0.5`;
   const a = await instance(t, redis, upstream, extra);
   const b = await instance(t, redis, upstream, extra);
