@@ -400,7 +400,10 @@ return used
 const GENERATION_SCRIPT = `
 local time = redis.call('TIME')
 local rnow = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
+-- A server that refuses INFO to scripts (a renamed command, a managed service) gives no run id:
+-- only a missing generation then tells a restart.
+local ok, info = pcall(redis.call, 'INFO', 'server')
+local run = ok and type(info) == 'string' and string.match(info, 'run_id:(%x+)') or ''
 local g = redis.call('GET', KEYS[1])
 if g and string.find(g, ' ' .. run .. ' ', 1, true) then
   local at = tonumber(string.match(g, ' (%d+)$') or '0')
