@@ -471,8 +471,9 @@ export const refusalOnlyOverCap: Invariant = {
       const from = r.sent - 1000;
       // A failing provider may be shed for a throttle window (10 s by default) after; a 429's stop lasts its Retry-After.
       const providerFaults = h.faults.filter((f) => f.kind.startsWith('provider') && f.at <= r.done && f.until + (f.kind === 'provider-limit' ? 6000 : f.kind === 'provider-slow' || f.kind === 'provider-reject' ? 2000 : 15_000) >= from);
-      // Redis away: admissions fall back to each instance's share, refused once that is spent, for a moment after too.
-      if (providerFaults.length > 0 || redisTrouble(h, from, r.done).some((f) => f.until + 2000 >= from)) continue;
+      // Redis away: admissions fall back to each instance's share, refused once that is spent; after it
+      // returns (or the fleet starts) each keeps to its share 4 s more (docs/provider.md), a second to reconnect.
+      if (providerFaults.length > 0 || redisTrouble(h, from, r.done).some((f) => f.until + 5000 >= from)) continue;
       let over = false;
       for (const u of [upstreamOf(h, r.path)]) {
         const caps = capsDuring(h, u, from, r.done, true);

@@ -1,6 +1,9 @@
 import type { Clock } from '../clock.js';
 import type { Logger } from '../logging/logger.js';
 
+/** How long a breaker stays open before a probe, unless told otherwise. */
+export const BREAKER_COOL_DOWN_MS = 2000;
+
 export type BreakerState = 'closed' | 'open' | 'half_open';
 
 export interface BreakerOptions {
@@ -37,7 +40,7 @@ export class Breaker {
     this.#logger = options.logger;
     this.#fields = options.node === undefined ? { dependency: options.name } : { dependency: options.name, node: options.node };
     this.#threshold = options.threshold ?? 5;
-    this.#coolDownMs = options.coolDownMs ?? 2000;
+    this.#coolDownMs = options.coolDownMs ?? BREAKER_COOL_DOWN_MS;
   }
 
   get state(): BreakerState {

@@ -6,7 +6,7 @@ import type { RedisConfig } from '../config/types.js';
 export type RedisClient = Redis | Cluster;
 
 /** Longest pause between reconnection attempts: short, so perch is back soon after Redis is. */
-const MAX_RECONNECT_DELAY_MS = 1000;
+export const MAX_RECONNECT_DELAY_MS = 1000;
 /**
  * How soon a lost connection to a sentinel is retried. ioredis waits a minute by default, and
  * while it waits no failover announcement reaches perch from that sentinel.

@@ -2,9 +2,10 @@ import { randomUUID } from 'node:crypto';
 import type { Clock } from '../../clock.js';
 import type { Logger } from '../../logging/logger.js';
 import type { Timers } from '../../timers.js';
-import type { Breaker } from '../../redis/breaker.js';
+import { BREAKER_COOL_DOWN_MS, type Breaker } from '../../redis/breaker.js';
 import type { NodeBreakers } from '../../redis/node-breakers.js';
 import { insured, SwitchLog } from '../../redis/insurance.js';
+import { MAX_RECONNECT_DELAY_MS } from '../../redis/redis-client.js';
 import { IN_FLIGHT_POLL_MS, type MemoryProviderState } from './memory-state.js';
 import type { Admission, AdmitQuery, CallCap, HeldCall, OutcomeReport, OutcomeTotals, ProviderState, Spend, SpendQuery, Stop, StopState } from './provider-state.js';
 import type { RedisProviderState } from './redis-state.js';
@@ -15,6 +16,16 @@ const UNANSWERED_REASKS = 1;
 
 /** How often what Redis is owed is tried again while nothing else sends it. */
 const RETRY_MS = 1000;
+
+/**
+ * How much later than the first instance back another may reach a Redis that restarted: its
+ * breaker, opened by the outage, probes after its cool-down; its client tries to connect again
+ * this often at most; its write-back is retried this often. Until then its calls, counted on its
+ * own within its share, are missing from Redis however short a part's window is: an instance
+ * that took the whole rate a second after coming back let the provider see the rate and that
+ * instance's share in a second (6 calls under a cap of 4, share 0.5, the other back 2.5 s later).
+ */
+const RECONNECT_LAG_MS = BREAKER_COOL_DOWN_MS + MAX_RECONNECT_DELAY_MS + RETRY_MS;
 
 /**
  * The fleet's shared state while Redis answers, this instance's own while it does not. Without
@@ -495,22 +506,24 @@ export class InsuredProviderState implements ProviderState {
   }
 }
 
-/** Whether two caps admit alike: a `redis_down_share` of 1 compiles the shared cap again. */
 /**
  * The parts of this instance's share that still bind `ageMs` after Redis lost the fleet's counts
  * (undefined once none does): each part of the cap counts only the calls of its own window, so
  * the others' calls missing from Redis have aged out of the rate window after a second and out of
- * `max_concurrent` after a lease, while the quota's window may last a day.
+ * `max_concurrent` after a lease, while the quota's window may last a day; but none binds less
+ * than `RECONNECT_LAG_MS`, while the others may still be coming back with calls of their own.
  */
 function missingParts(query: AdmitQuery, ageMs: number): CallCap | undefined {
   const { cap, localCap } = query;
+  const binds = (windowMs: number) => ageMs < Math.max(windowMs, RECONNECT_LAG_MS);
   const parts: { -readonly [K in keyof CallCap]: CallCap[K] } = {};
-  if (cap.rate !== undefined && ageMs < cap.rate.windowMs) parts.rate = localCap.rate;
-  if (cap.quota !== undefined && ageMs < cap.quota.windowMs) parts.quota = localCap.quota;
-  if (cap.maxConcurrent !== undefined && ageMs < query.leaseMs) parts.maxConcurrent = localCap.maxConcurrent;
+  if (cap.rate !== undefined && binds(cap.rate.windowMs)) parts.rate = localCap.rate;
+  if (cap.quota !== undefined && binds(cap.quota.windowMs)) parts.quota = localCap.quota;
+  if (cap.maxConcurrent !== undefined && binds(query.leaseMs)) parts.maxConcurrent = localCap.maxConcurrent;
   return Object.keys(parts).length === 0 ? undefined : parts;
 }
 
+/** Whether two caps admit alike: a `redis_down_share` of 1 compiles the shared cap again. */
 function sameCap(a: CallCap, b: CallCap): boolean {
   return (
     a.rate?.perSecond === b.rate?.perSecond &&

@@ -390,19 +390,26 @@ return used
 
 /**
  * The generation of an upstream's keyspace: set by the first instance to ask after Redis came
- * back empty (or first started), with Redis's time then. KEYS[1] the generation; ARGV a new one,
- * taken if there is none. Returns it, 1 if it was just taken, and its age in ms (a generation
- * written without a time is as old as can be).
+ * back empty (or first started), with the server's run id and Redis's time then. KEYS[1] the
+ * generation; ARGV a new one, taken if there is none or if it was set by another run of the
+ * server: one that restarted from its snapshot or append-only file, or a replica promoted, has
+ * the generation but not the calls of its last moments, as an empty one lacks them all. Returns
+ * it, 1 if it was just taken, and its age in ms (a generation written without a time is as old
+ * as can be).
  */
 const GENERATION_SCRIPT = `
 local time = redis.call('TIME')
 local rnow = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+-- A server that refuses INFO to scripts (a renamed command, a managed service) gives no run id:
+-- only a missing generation then tells a restart.
+local ok, info = pcall(redis.call, 'INFO', 'server')
+local run = ok and type(info) == 'string' and string.match(info, 'run_id:(%x+)') or ''
 local g = redis.call('GET', KEYS[1])
-if g then
+if g and string.find(g, ' ' .. run .. ' ', 1, true) then
   local at = tonumber(string.match(g, ' (%d+)$') or '0')
   return {g, 0, rnow - at}
 end
-local v = ARGV[1] .. ' ' .. rnow
+local v = ARGV[1] .. ' ' .. run .. ' ' .. rnow
 redis.call('SET', KEYS[1], v)
 return {v, 1, 0}
 `;
