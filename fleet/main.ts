@@ -45,12 +45,15 @@ export async function runFleet(options: FleetOptions): Promise<FleetResult> {
   process.once('SIGINT', interrupted);
   process.once('SIGTERM', interrupted);
   try {
-    const provider = await startV1Provider(now, (c) => history.add(c), shape.run.passThrough);
+    const provider = await startV1Provider(now, (c) => history.add(c), shape.run.passThrough, options.instances);
     teardown.context.after(() => provider.close());
-    const x = shape.run.batch ? await startXProvider(now, (c) => history.add(c)) : undefined;
+    const x = shape.run.batch ? await startXProvider(now, (c) => history.add(c), options.instances) : undefined;
     if (x !== undefined) teardown.context.after(() => x.close());
-    const fleet = await startFleet(teardown, shape, dir, options.perch, provider.url, x?.url, history, now);
+    const fleet = await startFleet(teardown, shape, dir, options.perch, provider.urls, x?.urls, history, now);
     await workload({ shape, fleet, provider, x, history, now, endsAt: now() + options.seconds * 1000 }, prng.fork());
+    // Counters are read once nothing is in flight (a background refresh may still be), before the end.
+    await Promise.all([provider.quiet(300), x?.quiet(300)]);
+    for (const inst of fleet.instances) await inst.scrape();
     // The end: every instance drains on SIGTERM, so its log must be whole.
     await Promise.all(fleet.instances.map((inst) => inst.stop('SIGTERM')));
   } finally {

@@ -47,6 +47,10 @@ function bodyFor(path: string, version: number): string | undefined {
 
 export interface Provider {
   readonly url: string;
+  /** One listener per instance (`urls[i]` for instance i), so each call is known by the instance that made it. */
+  readonly urls: readonly string[];
+  /** Resolves once no call has been open for `ms`. */
+  quiet(ms: number): Promise<void>;
   mode: ProviderMode;
   /** Keys the provider accepts in pass-through (X-API-Key); others are 401. */
   readonly genuine: Set<string>;
@@ -75,12 +79,14 @@ let nextCall = 0;
  * their X-API-Key (`cred-<id>` in keys mode, the client's key in pass-through). Every call is
  * reported with its arrival and end times, as the provider saw them.
  */
-export async function startV1Provider(now: () => number, sink: CallSink, passThrough: boolean): Promise<Provider> {
+export async function startV1Provider(now: () => number, sink: CallSink, passThrough: boolean, listeners = 1): Promise<Provider> {
   const versions = new Map<string, number>();
-  const provider = { url: '', mode: { kind: 'ok' } as ProviderMode, genuine: new Set<string>(), change: (r: string) => void versions.set(r, (versions.get(r) ?? 1) + 1), close: async () => {} };
-  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+  const flights = new Flights();
+  const provider = { url: '', urls: [] as string[], mode: { kind: 'ok' } as ProviderMode, genuine: new Set<string>(), change: (r: string) => void versions.set(r, (versions.get(r) ?? 1) + 1), close: async () => {}, quiet: (ms: number) => flights.quiet(ms) };
+  const handler = (inst: number) => (req: IncomingMessage, res: ServerResponse) => {
     const start = now();
     const id = ++nextCall;
+    flights.open(res);
     const path = (req.url ?? '/').split('?')[0]!;
     const key = String(req.headers['x-api-key'] ?? '');
     const cred = passThrough ? key : key.replace(/^cred-/, '');
@@ -88,7 +94,7 @@ export async function startV1Provider(now: () => number, sink: CallSink, passThr
     let status = 0;
     let version: number | undefined;
     let retryAfter: number | undefined;
-    res.on('close', () => sink({ t: 'call', id, upstream: 'v1', path, resources: [path], cred, start, end: now(), status: res.writableFinished ? status : 0, ...(version === undefined ? {} : { versions: [version] }), ...(retryAfter === undefined ? {} : { retryAfter }) }));
+    res.on('close', () => sink({ t: 'call', id, upstream: 'v1', path, resources: [path], cred, start, end: now(), status: res.writableFinished ? status : 0, ...(version === undefined ? {} : { versions: [version] }), ...(retryAfter === undefined ? {} : { retryAfter }), inst }));
     const answer = () => {
       if (res.destroyed) return;
       if (mode.kind === 'reset') return void req.socket.destroy();
@@ -111,31 +117,60 @@ export async function startV1Provider(now: () => number, sink: CallSink, passThr
     };
     // A provider takes its time: 20-119 ms, more while it is slow, so calls overlap as they do.
     setTimeout(answer, (mode.kind === 'slow' ? mode.ms : 0) + 20 + ((id * 37) % 100));
-  });
-  provider.url = await listen(server);
-  provider.close = closer(server);
+  };
+  const servers = Array.from({ length: listeners }, (_, inst) => createServer(handler(inst)));
+  for (const server of servers) provider.urls.push(await listen(server));
+  provider.url = provider.urls[0]!;
+  provider.close = async () => void (await Promise.all(servers.map((server) => closer(server)())));
   return provider;
+}
+
+/** The calls a stand-in is answering, to wait until none is before counters are compared. */
+class Flights {
+  #open = 0;
+  #lastClose = 0;
+
+  open(res: ServerResponse): void {
+    this.#open++;
+    res.on('close', () => {
+      this.#open--;
+      this.#lastClose = performance.now();
+    });
+  }
+
+  /** Resolves once no call has been open for `ms` (or after 10 s, so a run always ends). */
+  async quiet(ms: number): Promise<void> {
+    const deadline = performance.now() + 10_000;
+    while (performance.now() < deadline && (this.#open > 0 || performance.now() - this.#lastClose < ms)) await new Promise((r) => setTimeout(r, 50));
+  }
 }
 
 export interface XProvider {
   readonly url: string;
+  readonly urls: readonly string[];
+  quiet(ms: number): Promise<void>;
   fail: number | undefined;
   close(): Promise<void>;
 }
 
 /** The X API v2 stand-in of the tests, its calls reported with the client resources each serves. */
-export async function startXProvider(now: () => number, sink: CallSink): Promise<XProvider> {
+export async function startXProvider(now: () => number, sink: CallSink, listeners = 1): Promise<XProvider> {
   const x = fakeX();
-  const server = createServer((req, res) => {
+  const flights = new Flights();
+  const handler = (inst: number) => (req: IncomingMessage, res: ServerResponse) => {
     const start = now();
     const id = ++nextCall;
+    flights.open(res);
     const url = new URL(req.url ?? '/', 'http://x');
     const resources = xResources(url);
-    res.on('close', () => sink({ t: 'call', id, upstream: 'x', path: url.pathname + url.search, resources, cred: 'x', start, end: now(), status: res.writableFinished ? res.statusCode : 0 }));
+    res.on('close', () => sink({ t: 'call', id, upstream: 'x', path: url.pathname + url.search, resources, cred: 'x', start, end: now(), status: res.writableFinished ? res.statusCode : 0, inst }));
     x.failWith = provider.fail === undefined ? undefined : { status: provider.fail };
     x.behaviour(req, res);
-  });
-  const provider: XProvider = { url: await listen(server), fail: undefined, close: closer(server) };
+  };
+  const servers = Array.from({ length: listeners }, (_, inst) => createServer(handler(inst)));
+  const urls: string[] = [];
+  for (const server of servers) urls.push(await listen(server));
+  const provider: XProvider = { url: urls[0]!, urls, fail: undefined, quiet: (ms) => flights.quiet(ms), close: async () => void (await Promise.all(servers.map((server) => closer(server)()))) };
   return provider;
 }
 
