@@ -291,10 +291,7 @@ export interface Fleet {
   rewrite(caps: Caps, ttl: number, more?: { plans?: Readonly<Record<string, Plan>>; keys?: Readonly<Record<string, string>> }): void;
 }
 
-/** Instance `i`'s URL of a stand-in: its own listener when there is one per instance. */
-const urlOf = (urls: string | readonly string[], i: number) => (typeof urls === 'string' ? urls : urls[i]!);
-
-export async function startFleet(teardown: Teardown, shape: FleetShape, dir: string, perchDir: string, providerUrl: string | readonly string[], xUrl: string | readonly string[] | undefined, history: HistoryWriter, now: () => number): Promise<Fleet> {
+export async function startFleet(teardown: Teardown, shape: FleetShape, dir: string, perchDir: string, providerUrl: string, xUrl: string | undefined, history: HistoryWriter, now: () => number): Promise<Fleet> {
   const t = teardown.context;
   const redisDir = join(dir, 'redis');
   mkdirSync(redisDir, { recursive: true });
@@ -303,7 +300,7 @@ export async function startFleet(teardown: Teardown, shape: FleetShape, dir: str
   const main = join(perchDir, 'dist', 'src', 'main.js');
   const instances: Instance[] = [];
   const yaml = (inst: Instance, caps: Caps, ttl: number, plans: Readonly<Record<string, Plan>>, keys: Readonly<Record<string, string>>) =>
-    configYaml(shape, inst.port, inst.relay.url, urlOf(providerUrl, inst.index), xUrl === undefined ? undefined : urlOf(xUrl, inst.index), caps, ttl, { plans, keys, metricsPort: inst.metricsPort });
+    configYaml(shape, inst.port, inst.relay.url, providerUrl, xUrl, caps, ttl, { plans, keys, metricsPort: inst.metricsPort });
   for (let i = 0; i < shape.run.instances; i++) {
     const relay = await startTcpProxy(t, redis.port);
     const port = await freePort();
