@@ -309,6 +309,10 @@ describe('fleet invariants over reloads and counters', () => {
     const switched = [call(0, { inst: 0, status: 401, cred: 'c2' }), call(10, { inst: 0 }), budgetCall(50)];
     assert.equal(metricsMatchHistory.check(history({ requests: seen, calls: switched, metrics: [scraped()] })).length, 0);
     assert.equal(metricsMatchHistory.check(history({ requests: seen, calls: [...switched, call(70, { inst: 0 })], metrics: [scraped()] })).length, 1);
+    // A call still open when the counters were read is not counted yet.
+    const late = call(9990, { inst: 0, end: 10_050 });
+    assert.equal(metricsMatchHistory.check(history({ requests: seen, calls: [...made, late], metrics: [scraped()] })).length, 0);
+    assert.equal(metricsMatchHistory.check(history({ requests: seen, calls: [...made, { ...late, end: 9995 }], metrics: [scraped()] })).length, 1);
     // Calls not traced to a process may be anyone's: no comparison fails for them.
     const untraced = made.map(({ inst: _inst, ...rest }) => rest);
     assert.equal(metricsMatchHistory.check(history({ requests: seen, calls: untraced, metrics: [scraped()] })).length, 0);
