@@ -1,11 +1,12 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
 import { startRedis, type TestRedis } from '../test/helpers/redis-server.js';
 import { startTcpProxy, type TcpProxy } from '../test/helpers/tcp-proxy.js';
 import { freePort } from '../test/helpers/perch-process.js';
-import type { Caps, HistoryWriter, Plan, RunEvent } from './history.js';
+import type { Caps, HistoryWriter, MetricsEvent, Plan, RunEvent } from './history.js';
 import type { Prng } from './prng.js';
 
 /** The test helpers clean up through a TestContext's `after`; the fleet runs its steps itself. */
@@ -27,6 +28,8 @@ export const SECRETS: Readonly<Record<string, string>> = {
   flood: 'fleet-key-flood-0123456789',
   budget: 'fleet-key-budget-0123456789',
   mid: 'fleet-key-mid-0123456789',
+  /** Configured only while a SIGHUP has added it (plan `mid`): a key added and removed. */
+  extra: 'fleet-key-extra-0123456789',
 };
 
 export interface FleetShape {
@@ -81,9 +84,16 @@ export function drawShape(prng: Prng, seed: number, instances: number, perch: st
   return { run, batchWindowMs: prng.pick([0, 5, 20, 50]), queueTimeoutMs: prng.pick([0, 10, 200, 1000]), verifyTtl: prng.pick([2, 3, 5]) };
 }
 
-/** One instance's YAML, with `caps` and `ttl` as a SIGHUP may have changed them. */
-export function configYaml(shape: FleetShape, port: number, redisUrl: string, providerUrl: string, xUrl: string | undefined, caps: Caps, ttl: number): string {
-  const { run } = shape;
+/** What a SIGHUP may change beyond caps and TTL, and the instance's metrics port. */
+export interface ConfigMore {
+  readonly plans?: Readonly<Record<string, Plan>>;
+  readonly keys?: Readonly<Record<string, string>>;
+  readonly metricsPort?: number;
+}
+
+/** One instance's YAML, with `caps`, `ttl`, plans and keys as a SIGHUP may have changed them. */
+export function configYaml(shape: FleetShape, port: number, redisUrl: string, providerUrl: string, xUrl: string | undefined, caps: Caps, ttl: number, more: ConfigMore = {}): string {
+  const run = { ...shape.run, plans: more.plans ?? shape.run.plans, keys: more.keys ?? shape.run.keys };
   const ttls = ['user', 'user_by_username', 'tweets', 'replies', 'following', 'tweet', 'not_found'].map((e) => `${e}: ${ttl}`).join(', ');
   const limits = (c: Caps) =>
     `max_requests_per_second: ${c.rate}, max_concurrent: ${c.maxConcurrent}, quota: { requests: ${c.quota.requests}, per_seconds: ${c.quota.perSeconds} }, redis_down_share: ${c.downShare}, queue_timeout_ms: ${shape.queueTimeoutMs}, timeout_ms: 1500`;
@@ -115,7 +125,7 @@ cache:
   ttl_seconds: { ${ttls} }
   stale_seconds: ${run.staleSeconds}
 log: { level: info }
-`;
+${more.metricsPort === undefined ? '' : `metrics: { port: ${more.metricsPort} }\n`}`;
 }
 
 /** One perch instance: its relay to Redis, its port, its current process. */
@@ -128,6 +138,10 @@ export class Instance {
   #exited: Promise<void> = Promise.resolve();
   #signal: { name: string; at: number } | undefined;
   #ready = false;
+  /** Its metrics listener's port (worker k on metricsPort + k - 1); 0: none. */
+  metricsPort = 0;
+  /** Wall-clock seconds when the current process was seen up: a worker started later has restarted. */
+  #upWall = 0;
 
   constructor(
     readonly index: number,
@@ -170,6 +184,7 @@ export class Instance {
     while (!/perch is up on/.test(this.#stderr) && child.exitCode === null && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     if (!/perch is up on/.test(this.#stderr)) throw new Error(`instance ${this.index} did not start:\n${this.#stderr}${this.#stdout}`.slice(0, 4000));
     this.history.add({ t: 'proc', inst: this.index, gen, kind: 'start', at: this.now() });
+    this.#upWall = Date.now() / 1000;
     this.#ready = true;
   }
 
@@ -208,34 +223,107 @@ export class Instance {
   hup(): void {
     this.child?.kill('SIGHUP');
   }
+
+  /** The running process's counters, summed over its workers, recorded as a `metrics` event. */
+  async scrape(): Promise<void> {
+    if (!this.up || this.metricsPort === 0) return;
+    const ports = Array.from({ length: Math.max(1, this.workers) }, (_, k) => this.metricsPort + k);
+    const requests: Record<string, number> = {};
+    const calls: Record<string, number> = {};
+    const keyCalls: Record<string, Record<string, number>> = {};
+    let whole = true;
+    const add = (into: Record<string, number>, label: string, value: number) => (into[label] = (into[label] ?? 0) + value);
+    for (const port of ports) {
+      const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+      for (const { name, labels, value } of samples(text)) {
+        if (name === 'perch_requests_total') add(requests, labels['status']!, value);
+        else if (name === 'perch_upstream_requests_total') add(calls, labels['upstream']!, value);
+        else if (name === 'perch_upstream_retries_total' && labels['decision'] === 'retried') add(calls, labels['upstream']!, value);
+        else if (name === 'perch_key_upstream_calls_total') add((keyCalls[labels['key_id']!] ??= {}), labels['upstream']!, value);
+        // A worker started again after a death counts from zero: its process is younger than the instance.
+        else if (name === 'process_start_time_seconds' && value > this.#upWall + 1) whole = false;
+      }
+    }
+    const event: MetricsEvent = { t: 'metrics', inst: this.index, gen: this.gen, at: this.now(), requests, calls, keyCalls, whole };
+    this.history.add(event);
+  }
+}
+
+/** The samples of a Prometheus text exposition (no escapes in the label values perch writes here). */
+export function samples(text: string): { name: string; labels: Record<string, string>; value: number }[] {
+  const out: { name: string; labels: Record<string, string>; value: number }[] = [];
+  for (const line of text.split('\n')) {
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
+    if (m === null) continue;
+    const labels: Record<string, string> = {};
+    for (const l of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"/g)) labels[l[1]!] = l[2]!;
+    out.push({ name: m[1]!, labels, value: Number(m[3]) });
+  }
+  return out;
+}
+
+/** A port whose next `count - 1` ports are free too (a worker k serves metrics on port + k - 1). */
+async function freePorts(count: number): Promise<number> {
+  for (;;) {
+    const port = await freePort();
+    const free = await Promise.all(Array.from({ length: count - 1 }, (_, k) => isFree(port + k + 1)));
+    if (free.every(Boolean)) return port;
+  }
+}
+
+function isFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
 }
 
 export interface Fleet {
   readonly redis: TestRedis;
   readonly instances: readonly Instance[];
-  /** Rewrites every instance's config with `caps` and `ttl` (for a SIGHUP). */
-  rewrite(caps: Caps, ttl: number): void;
+  /** Redis's `dir`, where SAVE writes the dump a restart with its data loads. */
+  readonly redisDir: string;
+  /** The plans and keys of the config files now (a SIGHUP's rewrite changes them). */
+  readonly plans: Readonly<Record<string, Plan>>;
+  readonly keys: Readonly<Record<string, string>>;
+  /** Rewrites every instance's config with `caps`, `ttl`, and plans and keys if given (for a SIGHUP). */
+  rewrite(caps: Caps, ttl: number, more?: { plans?: Readonly<Record<string, Plan>>; keys?: Readonly<Record<string, string>> }): void;
 }
 
 export async function startFleet(teardown: Teardown, shape: FleetShape, dir: string, perchDir: string, providerUrl: string, xUrl: string | undefined, history: HistoryWriter, now: () => number): Promise<Fleet> {
   const t = teardown.context;
-  const redis = await startRedis(t);
+  const redisDir = join(dir, 'redis');
+  mkdirSync(redisDir, { recursive: true });
+  const redis = await startRedis(t, ['--dir', redisDir]);
+  t.after(() => rmSync(redisDir, { recursive: true, force: true }));
   const main = join(perchDir, 'dist', 'src', 'main.js');
   const instances: Instance[] = [];
+  const yaml = (inst: Instance, caps: Caps, ttl: number, plans: Readonly<Record<string, Plan>>, keys: Readonly<Record<string, string>>) =>
+    configYaml(shape, inst.port, inst.relay.url, providerUrl, xUrl, caps, ttl, { plans, keys, metricsPort: inst.metricsPort });
   for (let i = 0; i < shape.run.instances; i++) {
     const relay = await startTcpProxy(t, redis.port);
     const port = await freePort();
     const path = join(dir, `perch-${i}.yaml`);
-    writeFileSync(path, configYaml(shape, port, relay.url, providerUrl, xUrl, shape.run.caps, shape.run.ttl));
-    instances.push(new Instance(i, port, relay, path, main, i === 0 ? shape.run.workers : 0, history, now));
+    const inst = new Instance(i, port, relay, path, main, i === 0 ? shape.run.workers : 0, history, now);
+    inst.metricsPort = await freePorts(Math.max(1, inst.workers));
+    writeFileSync(path, yaml(inst, shape.run.caps, shape.run.ttl, shape.run.plans, shape.run.keys));
+    instances.push(inst);
   }
   t.after(() => Promise.all(instances.map((inst) => inst.stop('SIGKILL'))));
   await Promise.all(instances.map((inst) => inst.start()));
-  return {
+  const fleet: Fleet = {
     redis,
     instances,
-    rewrite: (caps, ttl) => {
-      for (const inst of instances) writeFileSync(inst.configPath, configYaml(shape, inst.port, inst.relay.url, providerUrl, xUrl, caps, ttl));
+    redisDir,
+    plans: shape.run.plans,
+    keys: shape.run.keys,
+    rewrite: (caps, ttl, more = {}) => {
+      const plans = more.plans ?? fleet.plans;
+      const keys = more.keys ?? fleet.keys;
+      Object.assign(fleet, { plans, keys });
+      for (const inst of instances) writeFileSync(inst.configPath, yaml(inst, caps, ttl, plans, keys));
     },
   };
+  return fleet;
 }

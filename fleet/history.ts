@@ -44,6 +44,9 @@ export interface ConfigEvent {
   readonly at: number;
   readonly caps: Caps;
   readonly ttl: number;
+  /** The plans and client keys (key id -> plan name) in force from then on, when the reload set them. */
+  readonly plans?: Readonly<Record<string, Plan>>;
+  readonly keys?: Readonly<Record<string, string>>;
 }
 
 export interface RequestEvent {
@@ -84,6 +87,8 @@ export interface CallEvent {
   /** Per resource, the version of the body answered. */
   readonly versions?: readonly number[];
   readonly retryAfter?: number;
+  /** The instance whose process made the call (each has a listener of its own at the stand-ins). */
+  readonly inst?: number;
 }
 
 export interface PurgeEvent {
@@ -128,7 +133,26 @@ export interface StdoutEvent {
   readonly accessIds: readonly string[];
 }
 
-export type Event = RunEvent | ConfigEvent | RequestEvent | CallEvent | PurgeEvent | FaultEvent | ProcEvent | StdoutEvent;
+/**
+ * One instance process's counters, scraped from its metrics port(s) at the end of the run, before
+ * SIGTERM, once the provider had no call in flight; with `--workers`, summed over the workers.
+ */
+export interface MetricsEvent {
+  readonly t: 'metrics';
+  readonly inst: number;
+  readonly gen: number;
+  readonly at: number;
+  /** perch_requests_total by status. */
+  readonly requests: Readonly<Record<string, number>>;
+  /** Provider exchanges by upstream name: perch_upstream_requests_total, plus perch_upstream_retries_total{decision="retried"}. */
+  readonly calls: Readonly<Record<string, number>>;
+  /** perch_key_upstream_calls_total by key id, then upstream name. */
+  readonly keyCalls: Readonly<Record<string, Readonly<Record<string, number>>>>;
+  /** Whether every worker's process started with this process (no worker restarted, so no counter reset). */
+  readonly whole: boolean;
+}
+
+export type Event = RunEvent | ConfigEvent | RequestEvent | CallEvent | PurgeEvent | FaultEvent | ProcEvent | StdoutEvent | MetricsEvent;
 
 export class HistoryWriter {
   readonly #path: string;
@@ -162,6 +186,7 @@ export interface History {
   readonly faults: readonly FaultEvent[];
   readonly procs: readonly ProcEvent[];
   readonly stdouts: readonly StdoutEvent[];
+  readonly metrics?: readonly MetricsEvent[];
 }
 
 export function split(events: readonly Event[]): History {
@@ -177,5 +202,51 @@ export function split(events: readonly Event[]): History {
     faults: of<FaultEvent>('fault'),
     procs: of<ProcEvent>('proc'),
     stdouts: of<StdoutEvent>('stdout'),
+    metrics: of<MetricsEvent>('metrics'),
   };
+}
+
+/** How long a SIGHUP takes to apply everywhere (the primary hands it on to its workers). */
+export const RELOAD_SETTLE_MS = 1000;
+
+/** The plans and keys a config event leaves in force (an event without them changed neither). */
+function configState(h: History): { at: number; plans: Readonly<Record<string, Plan>>; keys: Readonly<Record<string, string>> }[] {
+  const states = [{ at: -Infinity, plans: h.run.plans, keys: h.run.keys }];
+  for (const c of [...h.configs].sort((a, b) => a.at - b.at)) {
+    const last = states.at(-1)!;
+    states.push({ at: c.at, plans: c.plans ?? last.plans, keys: c.keys ?? last.keys });
+  }
+  return states;
+}
+
+/** Client key `key`'s plan in each config state that may have been in force in [from, to] (undefined: not configured). */
+export function plansDuring(h: History, key: string, from: number, to: number): (Plan | undefined)[] {
+  const states = configState(h);
+  const plans: (Plan | undefined)[] = [];
+  for (let i = 0; i < states.length; i++) {
+    const begins = states[i]!.at;
+    const ends = (states[i + 1]?.at ?? Infinity) + RELOAD_SETTLE_MS;
+    if (begins <= to && ends >= from) plans.push(states[i]!.plans[states[i]!.keys[key] ?? '']);
+  }
+  return plans;
+}
+
+/** The plan of client key `key` in force at `at` (undefined: the key was not configured then), ignoring reload delay. */
+export function planAt(h: History, key: string, at: number): Plan | undefined {
+  const state = configState(h).filter((s) => s.at <= at).at(-1)!;
+  return state.plans[state.keys[key] ?? ''];
+}
+
+/**
+ * The plan of client key `key` that may have been in force at some time in [from, to], a reload
+ * taking up to RELOAD_SETTLE_MS to apply: the largest capacity and refill of those plans, or with
+ * `least` the smallest, whichever is lenient for the check (`rateLimitUpper`: largest;
+ * `underPlanNeverRefused`: least). Undefined when the key had no plan at any time then.
+ */
+export function planDuring(h: History, key: string, from: number, to: number, least = false): Plan | undefined {
+  const plans = plansDuring(h, key, from, to).filter((p): p is Plan => p !== undefined);
+  if (plans.length === 0) return undefined;
+  const pick = (f: (p: Plan) => number) => (least ? Math.min(...plans.map(f)) : Math.max(...plans.map(f)));
+  const budget = plans[0]!.budget;
+  return { capacity: pick((p) => p.capacity), refill: pick((p) => p.refill), ...(budget === undefined ? {} : { budget }) };
 }

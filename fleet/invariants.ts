@@ -1,4 +1,4 @@
-import type { CallEvent, Caps, Event, FaultEvent, History, Plan, RequestEvent } from './history.js';
+import { planDuring, plansDuring, RELOAD_SETTLE_MS, type CallEvent, type Caps, type Event, type FaultEvent, type History, type Plan, type RequestEvent } from './history.js';
 
 /**
  * What perch promises, checked over one recorded history. Each invariant is a named function
@@ -42,7 +42,7 @@ const SETTLE_MS = 5000;
  * Faults after which an instance admits on its own share until Redis has its counts back: Redis
  * away for all or one, and an instance (re)starting, whose connection is not ready at once.
  */
-const REDIS_FAULTS = new Set(['redis-kill', 'redis-freeze', 'relay-cut', 'relay-delay', 'inst-kill', 'inst-term']);
+const REDIS_FAULTS = new Set(['redis-kill', 'redis-restart', 'redis-freeze', 'relay-cut', 'relay-delay', 'inst-kill', 'inst-term']);
 
 /** Such faults that touch [from, to] (one ending within SETTLE_MS before `from` included), the fleet's start too. */
 export function redisTrouble(h: History, from: number, to: number): FaultEvent[] {
@@ -225,12 +225,9 @@ export const perKeyBudget: Invariant = {
 
 function requestsByKey(h: History): Map<string, RequestEvent[]> {
   const byKey = new Map<string, RequestEvent[]>();
-  for (const r of h.requests) if (r.key !== 'madeup') byKey.set(r.key, [...(byKey.get(r.key) ?? []), r]);
+  // A 401 is auth's answer, before the limiter: a key a reload removed spends nothing.
+  for (const r of h.requests) if (r.key !== 'madeup' && r.status !== 401) byKey.set(r.key, [...(byKey.get(r.key) ?? []), r]);
   return byKey;
-}
-
-function planOf(h: History, key: string): Plan | undefined {
-  return h.run.plans[h.run.keys[key] ?? ''];
 }
 
 /** docs/rate-limits.md: the fleet never spends more tokens than the bucket gave. */
@@ -241,7 +238,8 @@ export const rateLimitUpper: Invariant = {
   check: (h) => {
     const out: Violation[] = [];
     for (const [key, all] of requestsByKey(h)) {
-      const plan = planOf(h, key);
+      // The smallest plan a reload set bounds where windows start; each window is held to the largest in force during it.
+      const plan = planDuring(h, key, -Infinity, Infinity, true);
       if (plan === undefined) continue;
       const admitted = all.filter((r) => r.status > 0 && !rateLimited(r));
       for (let i = 0; i < admitted.length; i++) {
@@ -251,7 +249,8 @@ export const rateLimitUpper: Invariant = {
         for (let j = i + Math.floor(plan.capacity); j < admitted.length; j++) {
           last = Math.max(last, admitted[j]!.done);
           const dt = (last - admitted[i]!.sent) / 1000;
-          const allowed = plan.capacity + plan.refill * (dt + SLACK_MS / 1000) + 1;
+          const inForce = planDuring(h, key, admitted[i]!.sent, last) ?? plan;
+          const allowed = inForce.capacity + inForce.refill * (dt + SLACK_MS / 1000) + 1;
           if (j - i + 1 - allowed > admitted.length - j) break;
           if (j - i + 1 > allowed) {
             const trouble = anyTrouble(h, admitted[i]!.sent, admitted[j]!.sent);
@@ -287,7 +286,8 @@ export const underPlanNeverRefused: Invariant = {
   check: (h) => {
     const out: Violation[] = [];
     for (const [key, all] of requestsByKey(h)) {
-      const plan = planOf(h, key);
+      // The largest plan a reload set, for the allowances; the bucket is replayed with the smallest in force.
+      const plan = planDuring(h, key, -Infinity, Infinity);
       if (plan === undefined) continue;
       // One token, and half a token and a tenth of a second's refill for the clocks (ours, Redis TIME).
       const base = 1.5 + plan.refill * 0.1;
@@ -299,7 +299,8 @@ export const underPlanNeverRefused: Invariant = {
       // Pass-through: a key is the provider's to accept; only refusals after its first answer count.
       let accepted = !h.run.passThrough;
       for (const r of all) {
-        tokens = Math.min(plan.capacity, tokens + (plan.refill * (r.sent - last)) / 1000);
+        const inForce = planDuring(h, key, last, r.sent, true) ?? plan;
+        tokens = Math.min(inForce.capacity, tokens + (inForce.refill * (r.sent - last)) / 1000);
         last = r.sent;
         if (!rateLimited(r)) {
           if (r.status === 200 || r.status === 304) accepted = true;
@@ -577,6 +578,88 @@ export const accessLinesMatch: Invariant = {
   },
 };
 
+/** docs/configuration.md "Reloading": a SIGHUP adds and removes client keys. */
+export const authFollowsReload: Invariant = {
+  name: 'authFollowsReload',
+  bound: `with auth.keys, no 200 or 304 to a key no config in force while it was on its way named, and no 401 to a key every config in force then named (a reload applies within ${RELOAD_SETTLE_MS} ms)`,
+  check: (h) => {
+    if (h.run.passThrough) return [];
+    const out: Violation[] = [];
+    for (const r of h.requests) {
+      if (r.key === 'madeup') continue;
+      const states = plansDuring(h, r.key, r.sent, r.done);
+      const answered = r.status === 200 || r.status === 304;
+      if (answered && states.every((p) => p === undefined)) out.push({ invariant: 'authFollowsReload', message: `${r.status} to key ${r.key}, which the config in force did not name`, at: r.sent, slice: [...h.configs.filter((c) => c.at <= r.done).slice(-2), r] });
+      if (r.status === 401 && states.every((p) => p !== undefined)) out.push({ invariant: 'authFollowsReload', message: `401 to key ${r.key}, which the config in force named`, at: r.sent, slice: [...h.configs.filter((c) => c.at <= r.done).slice(-2), r] });
+    }
+    return out.slice(0, 5);
+  },
+};
+
+/** The upstream names the stand-ins' calls go to in the config the fleet writes. */
+const UPSTREAM_NAME = { v1: 'main', x: 'x' } as const;
+
+/** Per status, how many answers the history holds; `-1` and `0` (no answer seen) are counted apart. */
+function byStatus(requests: readonly RequestEvent[]): { seen: Record<string, number>; unseen: number } {
+  const seen: Record<string, number> = {};
+  let unseen = 0;
+  for (const r of requests) {
+    if (r.status <= 0) unseen++;
+    else seen[String(r.status)] = (seen[String(r.status)] ?? 0) + 1;
+  }
+  return { seen, unseen };
+}
+
+/**
+ * docs/observability.md "Metrics": the counters say what clients and the provider saw. Only the
+ * processes alive at the end are compared: a process SIGKILLed or SIGTERMed mid-run took its
+ * counters with it, and a worker started again counts from zero.
+ */
+export const metricsMatchHistory: Invariant = {
+  name: 'metricsMatchHistory',
+  bound:
+    'for each process alive at the end, scraped before SIGTERM once no provider call was open, none of its workers restarted: perch_requests_total by status >= the answers the history has of that process by status, and in all exceeds them by at most its requests the client gave up on or lost the connection of; provider exchanges (perch_upstream_requests_total + perch_upstream_retries_total{decision="retried"}) per upstream <= the calls the stand-ins got from that instance since its previous process exited <= those exchanges + the calls among them answered 401, 403 or 429 (the exchange goes on with the next credential) or still open when read, calls the stand-ins could not trace to a process (off Linux) counted as those of any process; without batching, perch_key_upstream_calls_total of key budget = the calls for its paths',
+  check: (h) => {
+    const out: Violation[] = [];
+    for (const m of h.metrics ?? []) {
+      if (!m.whole) continue;
+      const mine = h.requests.filter((r) => r.inst === m.inst && r.gen === m.gen);
+      const { seen, unseen } = byStatus(mine);
+      const statuses = [...new Set([...Object.keys(seen), ...Object.keys(m.requests)])].sort();
+      const short = statuses.filter((s) => (m.requests[s] ?? 0) < (seen[s] ?? 0));
+      const over = statuses.reduce((n, s) => n + Math.max(0, (m.requests[s] ?? 0) - (seen[s] ?? 0)), 0);
+      const where = `instance ${m.inst} (process ${m.gen})`;
+      const counts = statuses.map((s) => `${s}: ${m.requests[s] ?? 0} counted, ${seen[s] ?? 0} seen`).join('; ');
+      if (short.length > 0 || over > unseen) out.push({ invariant: 'metricsMatchHistory', message: `${where}: perch_requests_total ${counts}; ${unseen} answers not seen by their client`, at: m.at, slice: [m] });
+      const previousExit = Math.max(-Infinity, ...h.procs.filter((p) => p.inst === m.inst && p.kind === 'exit' && p.gen < m.gen).map((p) => p.at));
+      const during = h.calls.filter((c) => c.start > previousExit && c.start <= m.at);
+      const calls = during.filter((c) => c.inst === m.inst);
+      // A call whose connection the stand-in could not trace to a process (not on Linux) may be anyone's.
+      const unknown = during.filter((c) => c.inst === undefined);
+      for (const u of ['v1', 'x'] as const) {
+        if (u === 'x' && !h.run.batch) continue;
+        const made = calls.filter((c) => c.upstream === u);
+        const counted = m.calls[UPSTREAM_NAME[u]] ?? 0;
+        const maybe = unknown.filter((c) => c.upstream === u).length;
+        // A 401, 403 or 429 on one credential sends the same exchange on with the next credential: one call more.
+        const switched = made.filter((c) => c.status === 401 || c.status === 403 || c.status === 429).length;
+        // A call still open when the counters were read (a background refresh let out late) is not counted yet.
+        const open = made.filter((c) => c.end > m.at).length;
+        if (counted > made.length + maybe || made.length > counted + switched + open) out.push({ invariant: 'metricsMatchHistory', message: `${where}: ${counted} exchanges with upstream ${UPSTREAM_NAME[u]} counted, ${made.length} calls reached it (${switched} answered 401, 403 or 429${maybe > 0 ? `; ${maybe} of no known instance` : ''})`, at: m.at, slice: [m, ...made.slice(-5)] });
+      }
+      const budgetKey = h.run.passThrough || h.run.batch ? undefined : h.run.keys['budget'];
+      if (budgetKey !== undefined) {
+        const ofBudget = (c: CallEvent) => c.upstream === 'v1' && c.resources.some((r) => r.startsWith(h.run.budgetPrefix));
+        const made = calls.filter(ofBudget);
+        const maybe = unknown.filter(ofBudget).length;
+        const counted = m.keyCalls['budget']?.[UPSTREAM_NAME.v1] ?? 0;
+        if (counted < made.filter((c) => c.end <= m.at).length || counted > made.length + maybe) out.push({ invariant: 'metricsMatchHistory', message: `${where}: ${counted} provider calls counted for key budget, ${made.length} calls for its paths reached the provider${maybe > 0 ? ` (${maybe} of no known instance)` : ''}`, at: m.at, slice: [m, ...made.slice(-5)] });
+      }
+    }
+    return out;
+  },
+};
+
 export const INVARIANTS: readonly Invariant[] = [
   providerRate,
   providerQuota,
@@ -596,6 +679,8 @@ export const INVARIANTS: readonly Invariant[] = [
   termWithinGrace,
   stdoutWholeJson,
   accessLinesMatch,
+  authFollowsReload,
+  metricsMatchHistory,
 ];
 
 export function checkAll(h: History, only?: readonly string[]): Violation[] {

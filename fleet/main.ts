@@ -7,7 +7,7 @@ import { drawShape, startFleet, Teardown } from './fleet.js';
 import { HistoryWriter, readHistory, split, type Event, type History } from './history.js';
 import { checkAll, INVARIANTS, type Violation } from './invariants.js';
 import { Prng } from './prng.js';
-import { startV1Provider, startXProvider } from './provider.js';
+import { socketOwner, startV1Provider, startXProvider, type Owner } from './provider.js';
 import { workload } from './workload.js';
 
 export interface FleetOptions {
@@ -50,7 +50,13 @@ export async function runFleet(options: FleetOptions): Promise<FleetResult> {
     const x = shape.run.batch ? await startXProvider(now, (c) => history.add(c)) : undefined;
     if (x !== undefined) teardown.context.after(() => x.close());
     const fleet = await startFleet(teardown, shape, dir, options.perch, provider.url, x?.url, history, now);
+    const owner: Owner = (client, server) => socketOwner(client, server, new Map(fleet.instances.flatMap((inst) => (inst.child?.pid === undefined ? [] : [[inst.child.pid, inst.index] as const]))));
+    provider.owner = owner;
+    if (x !== undefined) x.owner = owner;
     await workload({ shape, fleet, provider, x, history, now, endsAt: now() + options.seconds * 1000 }, prng.fork());
+    // Counters are read once nothing is in flight (a background refresh may still be), before the end.
+    await Promise.all([provider.quiet(300), x?.quiet(300)]);
+    for (const inst of fleet.instances) await inst.scrape();
     // The end: every instance drains on SIGTERM, so its log must be whole.
     await Promise.all(fleet.instances.map((inst) => inst.stop('SIGTERM')));
   } finally {

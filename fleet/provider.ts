@@ -1,5 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import type { AddressInfo, Socket } from 'node:net';
 import { fakeX } from '../test/helpers/fake-x.js';
 import { SAMPLE_BODIES, sampleUser, sampleTweet } from '../test/helpers/sample-bodies.js';
 import type { CallEvent } from './history.js';
@@ -47,6 +48,10 @@ function bodyFor(path: string, version: number): string | undefined {
 
 export interface Provider {
   readonly url: string;
+  /** Resolves once no call has been open for `ms`. */
+  quiet(ms: number): Promise<void>;
+  /** Tells which instance opened a connection, so each call is known by its instance. */
+  owner: Owner | undefined;
   mode: ProviderMode;
   /** Keys the provider accepts in pass-through (X-API-Key); others are 401. */
   readonly genuine: Set<string>;
@@ -77,10 +82,13 @@ let nextCall = 0;
  */
 export async function startV1Provider(now: () => number, sink: CallSink, passThrough: boolean): Promise<Provider> {
   const versions = new Map<string, number>();
-  const provider = { url: '', mode: { kind: 'ok' } as ProviderMode, genuine: new Set<string>(), change: (r: string) => void versions.set(r, (versions.get(r) ?? 1) + 1), close: async () => {} };
+  const flights = new Flights();
+  const provider: { -readonly [K in keyof Provider]: Provider[K] } = { url: '', mode: { kind: 'ok' }, genuine: new Set<string>(), change: (r: string) => void versions.set(r, (versions.get(r) ?? 1) + 1), close: async () => {}, quiet: (ms: number) => flights.quiet(ms), owner: undefined };
   const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     const start = now();
     const id = ++nextCall;
+    flights.open(res);
+    const inst = owners.get(req.socket);
     const path = (req.url ?? '/').split('?')[0]!;
     const key = String(req.headers['x-api-key'] ?? '');
     const cred = passThrough ? key : key.replace(/^cred-/, '');
@@ -88,7 +96,7 @@ export async function startV1Provider(now: () => number, sink: CallSink, passThr
     let status = 0;
     let version: number | undefined;
     let retryAfter: number | undefined;
-    res.on('close', () => sink({ t: 'call', id, upstream: 'v1', path, resources: [path], cred, start, end: now(), status: res.writableFinished ? status : 0, ...(version === undefined ? {} : { versions: [version] }), ...(retryAfter === undefined ? {} : { retryAfter }) }));
+    res.on('close', () => sink({ t: 'call', id, upstream: 'v1', path, resources: [path], cred, start, end: now(), status: res.writableFinished ? status : 0, ...(version === undefined ? {} : { versions: [version] }), ...(retryAfter === undefined ? {} : { retryAfter }), ...(inst === undefined ? {} : { inst }) }));
     const answer = () => {
       if (res.destroyed) return;
       if (mode.kind === 'reset') return void req.socket.destroy();
@@ -112,13 +120,103 @@ export async function startV1Provider(now: () => number, sink: CallSink, passThr
     // A provider takes its time: 20-119 ms, more while it is slow, so calls overlap as they do.
     setTimeout(answer, (mode.kind === 'slow' ? mode.ms : 0) + 20 + ((id * 37) % 100));
   });
+  const owners = ownersOf(server, () => provider.owner);
   provider.url = await listen(server);
   provider.close = closer(server);
   return provider;
 }
 
+/**
+ * Each connection's instance, as `owner` tells it when the connection opens. Every instance
+ * calls the same URL with the same credentials (a URL or a header of its own would change what
+ * perch shares: pass-through verdicts, a credential's stops), so the stand-in asks the kernel
+ * which process holds the other end.
+ */
+function ownersOf(server: Server, owner: () => Owner | undefined): WeakMap<Socket, number> {
+  const owners = new WeakMap<Socket, number>();
+  server.on('connection', (socket: Socket) => {
+    const inst = owner()?.(socket.remotePort ?? 0, socket.localPort ?? 0);
+    if (inst !== undefined) owners.set(socket, inst);
+  });
+  return owners;
+}
+
+/** Which instance holds the client end (`remotePort`) of a connection to a stand-in on `localPort`. */
+export type Owner = (remotePort: number, localPort: number) => number | undefined;
+
+/**
+ * On Linux: the inode of the socket on 127.0.0.1:`clientPort` connected to `serverPort`
+ * (/proc/net/tcp), then the process among `pids` (and their children: workers) holding it.
+ */
+export function socketOwner(clientPort: number, serverPort: number, pids: ReadonlyMap<number, number>): number | undefined {
+  const hex = (port: number) => port.toString(16).toUpperCase().padStart(4, '0');
+  let table: string;
+  try {
+    table = readFileSync('/proc/net/tcp', 'utf8');
+  } catch {
+    return undefined;
+  }
+  const line = table.split('\n').find((l) => {
+    const f = l.trim().split(/\s+/);
+    return f[1] === `0100007F:${hex(clientPort)}` && f[2] === `0100007F:${hex(serverPort)}`;
+  });
+  const inode = line?.trim().split(/\s+/)[9];
+  if (inode === undefined) return undefined;
+  const holds = (pid: number) => {
+    try {
+      return readdirSync(`/proc/${pid}/fd`).some((fd) => {
+        try {
+          return readlinkSync(`/proc/${pid}/fd/${fd}`) === `socket:[${inode}]`;
+        } catch {
+          return false;
+        }
+      });
+    } catch {
+      return false;
+    }
+  };
+  for (const [pid, inst] of pids) if (holds(pid)) return inst;
+  for (const [pid, inst] of pids) for (const child of childrenOf(pid)) if (holds(child)) return inst;
+  return undefined;
+}
+
+function childrenOf(pid: number): number[] {
+  try {
+    return readdirSync(`/proc/${pid}/task`).flatMap((task) =>
+      readFileSync(`/proc/${pid}/task/${task}/children`, 'utf8')
+        .split(' ')
+        .filter((s) => s.trim() !== '')
+        .map(Number),
+    );
+  } catch {
+    return [];
+  }
+}
+
+/** The calls a stand-in is answering, to wait until none is before counters are compared. */
+class Flights {
+  #open = 0;
+  #lastClose = 0;
+
+  open(res: ServerResponse): void {
+    this.#open++;
+    res.on('close', () => {
+      this.#open--;
+      this.#lastClose = performance.now();
+    });
+  }
+
+  /** Resolves once no call has been open for `ms` (or after 10 s, so a run always ends). */
+  async quiet(ms: number): Promise<void> {
+    const deadline = performance.now() + 10_000;
+    while (performance.now() < deadline && (this.#open > 0 || performance.now() - this.#lastClose < ms)) await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 export interface XProvider {
   readonly url: string;
+  quiet(ms: number): Promise<void>;
+  owner: Owner | undefined;
   fail: number | undefined;
   close(): Promise<void>;
 }
@@ -126,16 +224,20 @@ export interface XProvider {
 /** The X API v2 stand-in of the tests, its calls reported with the client resources each serves. */
 export async function startXProvider(now: () => number, sink: CallSink): Promise<XProvider> {
   const x = fakeX();
-  const server = createServer((req, res) => {
+  const flights = new Flights();
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     const start = now();
     const id = ++nextCall;
+    flights.open(res);
+    const inst = owners.get(req.socket);
     const url = new URL(req.url ?? '/', 'http://x');
     const resources = xResources(url);
-    res.on('close', () => sink({ t: 'call', id, upstream: 'x', path: url.pathname + url.search, resources, cred: 'x', start, end: now(), status: res.writableFinished ? res.statusCode : 0 }));
+    res.on('close', () => sink({ t: 'call', id, upstream: 'x', path: url.pathname + url.search, resources, cred: 'x', start, end: now(), status: res.writableFinished ? res.statusCode : 0, ...(inst === undefined ? {} : { inst }) }));
     x.failWith = provider.fail === undefined ? undefined : { status: provider.fail };
     x.behaviour(req, res);
   });
-  const provider: XProvider = { url: await listen(server), fail: undefined, close: closer(server) };
+  const owners = ownersOf(server, () => provider.owner);
+  const provider: XProvider = { url: await listen(server), fail: undefined, quiet: (ms) => flights.quiet(ms), owner: undefined, close: closer(server) };
   return provider;
 }
 

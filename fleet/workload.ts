@@ -1,6 +1,9 @@
 import type { Fleet, FleetShape, Instance } from './fleet.js';
 import { ADMIN_KEY, SECRETS } from './fleet.js';
-import type { Caps, HistoryWriter } from './history.js';
+import { rmSync } from 'node:fs';
+import { connect } from 'node:net';
+import { join } from 'node:path';
+import type { Caps, HistoryWriter, Plan } from './history.js';
 import type { Prng } from './prng.js';
 import { versionOf, type Provider, type XProvider } from './provider.js';
 
@@ -167,6 +170,9 @@ export async function workload(run: Run, prng: Prng): Promise<void> {
     actors.push(steadyLoop(mid, () => mid.prng.int(2, 12), hotOrCold(mid.prng)));
     const madeup: Client = new Client(run, prng.fork(), 'madeup', () => `madeup-key-${madeup.prng.int(1e9, 9e9)}`);
     actors.push(steadyLoop(madeup, () => 3, hotOrCold(madeup.prng)));
+    // A key a SIGHUP adds and a later one removes: refused 401 while it is not configured.
+    const extra = new Client(run, prng.fork(), 'extra', () => SECRETS['extra']!);
+    actors.push(steadyLoop(extra, () => 1, hotOrCold(extra.prng)));
   }
   actors.push(purger(run, prng.fork(), reader), changer(run, prng.fork()), nemesis(run, prng.fork()));
   await Promise.all(actors);
@@ -237,6 +243,17 @@ const FAULTS: Record<string, Fault> = {
     await run.fleet.redis.restart();
     end();
   },
+  'redis-restart': async (run, prng) => {
+    const end = window(run, 'redis-restart', { detail: 'writes paused, SAVE, killed, restarted with its data' });
+    // No write lands between the dump and the kill: the restart loses nothing.
+    await redisCommands(run.fleet.redis.port, ['CLIENT PAUSE 10000 WRITE', 'SAVE']);
+    await run.fleet.redis.kill();
+    await sleep(prng.int(200, 1500));
+    await run.fleet.redis.restart();
+    // Loaded: the next restart empty must not find it.
+    rmSync(join(run.fleet.redisDir, 'dump.rdb'), { force: true });
+    end();
+  },
   'redis-freeze': async (run, prng) => {
     const end = window(run, 'redis-freeze');
     run.fleet.redis.freeze();
@@ -281,10 +298,11 @@ const FAULTS: Record<string, Fault> = {
     const rate = prng.pick([1, 2, 3, 5, 8]);
     const caps: Caps = { ...base, rate, maxConcurrent: prng.pick([1, 2, 4, 8]), quota: { requests: Math.max(base.quota.requests, rate * 4), perSeconds: base.quota.perSeconds } };
     const ttl = prng.pick([0, 1, 2, 5, 30]);
-    run.fleet.rewrite(caps, ttl);
-    run.history.add({ t: 'config', at: run.now(), caps, ttl });
+    const { plans, keys } = changedPlansAndKeys(run, prng);
+    run.fleet.rewrite(caps, ttl, { plans, keys });
+    run.history.add({ t: 'config', at: run.now(), caps, ttl, plans, keys });
     for (const inst of run.fleet.instances) inst.hup();
-    const end = window(run, 'sighup', { detail: `rate ${caps.rate}, max_concurrent ${caps.maxConcurrent}, ttl ${ttl}` });
+    const end = window(run, 'sighup', { detail: `rate ${caps.rate}, max_concurrent ${caps.maxConcurrent}, ttl ${ttl}, plans ${JSON.stringify(plans)}, keys ${Object.keys(keys).join(' ')}` });
     end();
   },
   'provider-slow': providerFault((p) => ({ kind: 'slow', ms: p.int(200, 1800) })),
@@ -301,6 +319,41 @@ const FAULTS: Record<string, Fault> = {
     end();
   },
 };
+
+/**
+ * A reload's plans and keys: each plan but the budget's (whose limit perKeyBudget holds over the
+ * whole run) kept, halved or doubled in capacity and refill; the key `extra` added or removed.
+ */
+function changedPlansAndKeys(run: Run, prng: Prng): { plans: Record<string, Plan>; keys: Record<string, string> } {
+  const plans: Record<string, Plan> = {};
+  for (const [name, plan] of Object.entries(run.fleet.plans)) {
+    if (plan.budget !== undefined || prng.chance(0.5)) plans[name] = plan;
+    else plans[name] = { capacity: Math.max(2, Math.round(plan.capacity * prng.pick([0.5, 2]))), refill: Math.max(1, Math.round(plan.refill * prng.pick([0.5, 1, 2]))) };
+  }
+  const keys: Record<string, string> = { ...run.fleet.keys };
+  if (!run.shape.run.passThrough && prng.chance(0.5)) {
+    if (keys['extra'] === undefined) keys['extra'] = 'mid';
+    else delete keys['extra'];
+  }
+  return { plans, keys };
+}
+
+/** Sends inline commands to Redis and waits for one reply line each. */
+function redisCommands(port: number, commands: readonly string[]): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1', () => socket.write(commands.map((c) => `${c}\r\n`).join('')));
+    let replies = '';
+    socket.on('data', (d: Buffer) => {
+      replies += d.toString();
+      if (replies.split('\r\n').length > commands.length) {
+        socket.destroy();
+        if (replies.startsWith('-') || replies.includes('\r\n-')) reject(new Error(`redis: ${replies.trim()}`));
+        else resolve();
+      }
+    });
+    socket.on('error', reject);
+  });
+}
 
 function providerFault(draw: (p: Prng) => Provider['mode']): Fault {
   return async (run, prng) => {

@@ -1,12 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import type { CallEvent, FaultEvent, History, ProcEvent, PurgeEvent, RequestEvent, RunEvent, StdoutEvent } from '../fleet/history.js';
+import { planAt, planDuring, type CallEvent, type ConfigEvent, type FaultEvent, type History, type MetricsEvent, type ProcEvent, type PurgeEvent, type RequestEvent, type RunEvent, type StdoutEvent } from '../fleet/history.js';
 import {
   acceptedKeyReadsCache,
   accessLinesMatch,
+  authFollowsReload,
   authOnlyAccepted,
   leaseAllowance,
   liveness,
+  metricsMatchHistory,
   notModifiedMatches,
   perKeyBudget,
   providerConcurrency,
@@ -237,5 +239,84 @@ describe('fleet invariants', () => {
     assert.equal(accessLinesMatch.check(history({ requests: [answered], stdouts: [out([answered.id, 'nobody'])] })).length, 1);
     // A SIGKILLed process may lose its last lines.
     assert.equal(accessLinesMatch.check(history({ requests: [answered], stdouts: [{ ...out([]), clean: false }] })).length, 0);
+  });
+});
+
+describe('fleet invariants over reloads and counters', () => {
+  const reload = (at: number, extra: Partial<ConfigEvent> = {}): ConfigEvent => ({ t: 'config', at, caps: RUN.caps, ttl: 2, ...extra });
+
+  it('planAt and planDuring: the plan a reload set, the smallest or largest of those in force in an interval', () => {
+    const h = history({ configs: [reload(1000, { plans: { ...RUN.plans, small: { capacity: 6, refill: 2 } } }), reload(5000, { keys: { budget: 'budgeted' } })] });
+    assert.deepEqual(planAt(h, 'alpha', 999), { capacity: 3, refill: 1 });
+    assert.deepEqual(planAt(h, 'alpha', 1000), { capacity: 6, refill: 2 });
+    assert.equal(planAt(h, 'alpha', 5000), undefined);
+    // A reload takes up to a second to apply: just after it, either plan may be in force.
+    assert.deepEqual(planDuring(h, 'alpha', 1500, 1500), { capacity: 6, refill: 2 });
+    assert.deepEqual(planDuring(h, 'alpha', 1500, 1500, true), { capacity: 3, refill: 1 });
+    assert.deepEqual(planDuring(h, 'alpha', 2500, 3000, true), { capacity: 6, refill: 2 });
+    assert.equal(planDuring(h, 'alpha', 6100, 7000), undefined);
+  });
+
+  it('rateLimitUpper: after a reload raised the capacity to 6, 7 at once pass, 8 are caught', () => {
+    const raised = { procs: [STARTED], configs: [reload(-5000, { plans: { small: { capacity: 6, refill: 1 } } })] };
+    const at = (n: number) => Array.from({ length: n }, (_, i) => req(i));
+    assert.equal(rateLimitUpper.check(history({ ...raised, requests: at(7) })).length, 0);
+    assert.equal(rateLimitUpper.check(history({ ...raised, requests: at(8) })).length, 1);
+    // A key's 401s (a reload removed it) are auth's, not the limiter's admissions.
+    assert.equal(rateLimitUpper.check(history({ procs: [STARTED], requests: [...at(4), ...[5, 6, 7].map((t) => req(t, { status: 401 }))] })).length, 0);
+  });
+
+  it('underPlanNeverRefused: after a reload halved the plan, a refusal with the old bucket passes', () => {
+    const halved = { procs: [STARTED], configs: [reload(-5000, { plans: { small: { capacity: 1, refill: 1 } } })] };
+    assert.equal(underPlanNeverRefused.check(history({ ...halved, requests: [req(0), limited(3)] })).length, 0);
+    assert.equal(underPlanNeverRefused.check(history({ procs: [STARTED], requests: [req(0), limited(3)] })).length, 1);
+  });
+
+  it('authFollowsReload: a removed key gets 401, an added key is served, within a second of the reload', () => {
+    const removed = { configs: [reload(1000, { keys: { budget: 'budgeted' } })] };
+    assert.equal(authFollowsReload.check(history({ ...removed, requests: [req(500), req(1500), req(2500, { status: 401 })] })).length, 0);
+    assert.equal(authFollowsReload.check(history({ ...removed, requests: [req(2500)] })).length, 1);
+    assert.equal(authFollowsReload.check(history({ ...removed, requests: [req(500, { status: 401 })] })).length, 1);
+    // Pass-through: the provider accepts keys; no config names them.
+    assert.equal(authFollowsReload.check(history({ ...removed, run: { passThrough: true }, requests: [req(2500)] })).length, 0);
+  });
+
+  const scraped = (extra: Partial<MetricsEvent> = {}): MetricsEvent => ({ t: 'metrics', inst: 0, gen: 1, at: 10_000, requests: { '200': 2, '429': 1 }, calls: { main: 2 }, keyCalls: { budget: { main: 1 } }, whole: true, ...extra });
+  const budgetCall = (t: number) => call(t, { path: '/v1/users/77123', resources: ['/v1/users/77123'], inst: 0 });
+  const seen = [req(0), req(100), limited(200)];
+  const made = [call(0, { inst: 0 }), budgetCall(50), call(60, { inst: 1 })];
+
+  it('metricsMatchHistory: counters equal to what clients and the provider saw pass; one short or one over is caught', () => {
+    assert.equal(metricsMatchHistory.check(history({ requests: seen, calls: made, metrics: [scraped()] })).length, 0);
+    // A request not counted, one counted twice, an exchange or a budget call not counted.
+    assert.equal(metricsMatchHistory.check(history({ requests: seen, calls: made, metrics: [scraped({ requests: { '200': 1, '429': 1 } })] })).length, 1);
+    assert.equal(metricsMatchHistory.check(history({ requests: seen, calls: made, metrics: [scraped({ requests: { '200': 3, '429': 1 } })] })).length, 1);
+    assert.equal(metricsMatchHistory.check(history({ requests: seen, calls: made, metrics: [scraped({ calls: { main: 1 } })] })).length, 1);
+    assert.equal(metricsMatchHistory.check(history({ requests: seen, calls: made, metrics: [scraped({ keyCalls: {} })] })).length, 1);
+  });
+
+  it('metricsMatchHistory: what the client could not see is allowed, what a dead process counted is not compared', () => {
+    // A client that gave up: perch may have counted its request under any status, or not at all.
+    const gaveUp = req(300, { status: -1 });
+    assert.equal(metricsMatchHistory.check(history({ requests: [...seen, gaveUp], calls: made, metrics: [scraped({ requests: { '200': 2, '429': 1, '499': 1 } })] })).length, 0);
+    assert.equal(metricsMatchHistory.check(history({ requests: [...seen, gaveUp], calls: made, metrics: [scraped({ requests: { '200': 2, '429': 1, '499': 2 } })] })).length, 1);
+    // Process 2 of instance 0 counts from its start: calls of process 1 (before its exit) are not its.
+    const exit: ProcEvent = { t: 'proc', inst: 0, gen: 1, kind: 'exit', at: 5000, sentSignal: 'SIGKILL', signalAt: 4990 };
+    const second = [req(6000, { gen: 2 })];
+    assert.equal(metricsMatchHistory.check(history({ procs: [exit], requests: [...seen, ...second], calls: [...made, call(6000, { inst: 0 })], metrics: [scraped({ gen: 2, requests: { '200': 1 }, calls: { main: 1 }, keyCalls: {} })] })).length, 0);
+    assert.equal(metricsMatchHistory.check(history({ procs: [exit], requests: [...seen, ...second], calls: [...made, call(6000, { inst: 0 })], metrics: [scraped({ gen: 2, requests: { '200': 1 }, calls: { main: 3 }, keyCalls: {} })] })).length, 1);
+    // A 401 on c2 sends the exchange on with c1: one call more than the exchanges counted, at most.
+    const switched = [call(0, { inst: 0, status: 401, cred: 'c2' }), call(10, { inst: 0 }), budgetCall(50)];
+    assert.equal(metricsMatchHistory.check(history({ requests: seen, calls: switched, metrics: [scraped()] })).length, 0);
+    assert.equal(metricsMatchHistory.check(history({ requests: seen, calls: [...switched, call(70, { inst: 0 })], metrics: [scraped()] })).length, 1);
+    // A call still open when the counters were read is not counted yet.
+    const late = call(9990, { inst: 0, end: 10_050 });
+    assert.equal(metricsMatchHistory.check(history({ requests: seen, calls: [...made, late], metrics: [scraped()] })).length, 0);
+    assert.equal(metricsMatchHistory.check(history({ requests: seen, calls: [...made, { ...late, end: 9995 }], metrics: [scraped()] })).length, 1);
+    // Calls not traced to a process may be anyone's: no comparison fails for them.
+    const untraced = made.map(({ inst: _inst, ...rest }) => rest);
+    assert.equal(metricsMatchHistory.check(history({ requests: seen, calls: untraced, metrics: [scraped()] })).length, 0);
+    // A worker started again counts from zero: not compared.
+    assert.equal(metricsMatchHistory.check(history({ requests: seen, calls: made, metrics: [scraped({ requests: {}, whole: false })] })).length, 0);
   });
 });
