@@ -458,9 +458,26 @@ export function upstreamOf(h: History, path: string): 'v1' | 'x' {
  * `--known-open fail`; but for a key the provider accepted in pass-through, which docs/upstreams.md
  * keeps apart from unknown keys' verifying calls.
  */
+/**
+ * docs/provider.md: for a quota window after the fleet's first start, or after Redis restarted
+ * (empty or from its file), each instance keeps to `redis_down_share` of the quota, however
+ * little the others spend. Whether `r`'s instance had spent that much of it when `r` was refused
+ * (calls no process is known for may be any process's).
+ */
+function quotaShareSpent(h: History, r: RequestEvent, caps: Caps, calls: readonly CallEvent[]): boolean {
+  const windowMs = caps.quota.perSeconds * 1000;
+  const started = Math.min(Infinity, ...h.procs.filter((p) => p.kind === 'start' && p.gen === 1).map((p) => p.at));
+  // The window starts when the first instance asks after it: at the latest, the first call after.
+  const fresh = [started, ...h.faults.filter((f) => f.kind === 'redis-kill' || f.kind === 'redis-restart').map((f) => f.until)].map((at) => Math.min(...calls.filter((c) => c.start >= at).map((c) => c.start), Infinity));
+  const since = Math.max(-Infinity, ...fresh.filter((at) => at <= r.done && r.sent <= at + windowMs + 1000));
+  if (!Number.isFinite(since)) return false;
+  const own = calls.filter((c) => (c.inst === undefined || c.inst === r.inst) && c.start >= Math.max(since, r.sent - windowMs) - 1000 && c.start <= r.done).length;
+  return own >= Math.floor(caps.downShare * caps.quota.requests) - 1;
+}
+
 export const refusalOnlyOverCap: Invariant = {
   name: 'refusalOnlyOverCap',
-  bound: 'a provider-side 429 only when, around it, calls filled seven tenths of the cap (in the second before and while it waited), the quota or max_concurrent, or a stop, a budget, a provider failure or a Redis fault was there; in pass-through, to a key the provider accepted before',
+  bound: 'a provider-side 429 only when, around it, calls filled seven tenths of the cap (in the second before and while it waited), the quota or max_concurrent, its instance\'s share of the quota in a quota window after the fleet\'s start or a Redis restart, or a stop, a budget, a provider failure or a Redis fault was there; in pass-through, to a key the provider accepted before',
   check: (h) => {
     const out: Violation[] = [];
     // Pass-through: a key the provider has not accepted yet may be refused a verifying call.
@@ -488,7 +505,7 @@ export const refusalOnlyOverCap: Invariant = {
         const stopped = calls.some((c) => (c.status === 429 || (c.status === 401 && !h.run.passThrough) || c.status >= 500) && c.end >= r.sent - 300_000 && c.end <= r.done);
         // A call holds its place in the windows until a window after its answer (docs/provider.md):
         // a busy cap sends a little under its rate; seven tenths of it counts as full.
-        if (near >= Math.floor(0.7 * caps.rate * ((r.done - from) / 1000)) || inQuota >= caps.quota.requests - 1 || inFlight >= caps.maxConcurrent || stopped) over = true;
+        if (near >= Math.floor(0.7 * caps.rate * ((r.done - from) / 1000)) || inQuota >= caps.quota.requests - 1 || inFlight >= caps.maxConcurrent || stopped || quotaShareSpent(h, r, caps, calls)) over = true;
       }
       if (!over) out.push({ invariant: 'refusalOnlyOverCap', message: `429 for ${r.path} (${r.cache}) to key ${r.key}${h.run.passThrough ? ', which the provider accepted,' : ''} with nothing over the cap around it`, at: r.sent, slice: [r, ...h.calls.filter((c) => c.start >= from && c.start <= r.done)], ...(h.run.passThrough ? {} : { advisory: true as const }) });
     }

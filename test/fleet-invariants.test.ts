@@ -205,6 +205,18 @@ describe('fleet invariants', () => {
     assert.equal(refusalOnlyOverCap.check(history({ procs: [STARTED], requests: [refused] })).length, 1);
   });
 
+  it('refusalOnlyOverCap: for a quota window after the first ask, or a Redis restart, an instance keeps to its share of the quota', () => {
+    // Quota 5 per 10 s, share 0.5: an instance may spend 2 of it; one call and a place taken count as spent.
+    const refused = req(7000, { status: 429, cache: 'perch; fwd=miss' });
+    assert.equal(refusalOnlyOverCap.check(history({ procs: [STARTED], calls: [call(3000, { inst: 0 })], requests: [refused] })).length, 0);
+    assert.equal(refusalOnlyOverCap.check(history({ procs: [STARTED], calls: [call(3000, { inst: 1 })], requests: [refused] })).length, 1, 'the other instance spent it');
+    // A quota window after the first ask, its own share no longer binds.
+    const late = req(15_500, { status: 429, cache: 'perch; fwd=miss' });
+    assert.equal(refusalOnlyOverCap.check(history({ procs: [STARTED], calls: [call(3000, { inst: 0 })], requests: [late] })).length, 1);
+    const restarted: FaultEvent = { t: 'fault', kind: 'redis-restart', at: 8000, until: 9000 };
+    assert.equal(refusalOnlyOverCap.check(history({ procs: [STARTED], faults: [restarted], calls: [call(3000, { inst: 0 }), call(10_000, { inst: 0 })], requests: [late] })).length, 0);
+  });
+
   it('acceptedKeyReadsCache: in pass-through an accepted key is not refused what the cache holds fresh', () => {
     const pt = { run: { passThrough: true, ttl: 5 }, procs: [STARTED] };
     const refused = req(3000, { status: 429, cache: 'perch; fwd=miss' });
