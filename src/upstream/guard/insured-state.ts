@@ -412,9 +412,9 @@ export class InsuredProviderState implements ProviderState {
 
   /**
    * Back to the side that counted it: a call counted in memory and refunded to Redis would give
-   * the fleet a call it never spent. A call Redis charged is also this instance's own in memory
-   * (its share), and goes back from both. A refund Redis cannot take now is lost, from both,
-   * which errs on the provider's side.
+   * the fleet a call it never spent, and the reverse would give memory one for the next outage
+   * (but for this instance's own charges, which its share counts). A refund Redis cannot take now
+   * is lost, from both, which errs on the provider's side.
    */
   refund(query: SpendQuery, spent: Spend): void {
     if (spent.charged === 'local') {
@@ -423,7 +423,7 @@ export class InsuredProviderState implements ProviderState {
       const pending = this.#unsent.get(key);
       if (pending !== undefined && --pending.calls <= 0) this.#unsent.delete(key);
     } else if (this.#budget(query).state !== 'open') {
-      this.#memory.refund(query);
+      this.#memory.disown(query);
       this.#redis.refund(query);
     }
   }

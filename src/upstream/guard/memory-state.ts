@@ -180,7 +180,13 @@ export class MemoryProviderState implements ProviderState {
     const budget = this.#budgets.get(`${query.keyId}\n${query.startMs}`);
     if (budget === undefined) return;
     if (budget.used > 0) budget.used--;
-    if (budget.own > 0) budget.own--;
+    this.disown(query);
+  }
+
+  /** A call the shared state charged for this instance was given back there: no longer its own. */
+  disown(query: SpendQuery): void {
+    const budget = this.#budgets.get(`${query.keyId}\n${query.startMs}`);
+    if (budget !== undefined && budget.own > 0) budget.own--;
   }
 
   #budget(query: SpendQuery): { used: number; own: number; endMs: number; query: SpendQuery } {
