@@ -217,7 +217,7 @@ export interface Fleet {
   rewrite(caps: Caps, ttl: number): void;
 }
 
-export async function startFleet(teardown: Teardown, shape: FleetShape, dir: string, perchDir: string, providerUrl: string, xUrl: string | undefined, history: HistoryWriter, now: () => number): Promise<Fleet> {
+export async function startFleet(teardown: Teardown, shape: FleetShape, dir: string, perchDir: string, providerUrls: readonly string[], xUrls: readonly string[] | undefined, history: HistoryWriter, now: () => number): Promise<Fleet> {
   const t = teardown.context;
   const redis = await startRedis(t);
   const main = join(perchDir, 'dist', 'src', 'main.js');
@@ -226,7 +226,7 @@ export async function startFleet(teardown: Teardown, shape: FleetShape, dir: str
     const relay = await startTcpProxy(t, redis.port);
     const port = await freePort();
     const path = join(dir, `perch-${i}.yaml`);
-    writeFileSync(path, configYaml(shape, port, relay.url, providerUrl, xUrl, shape.run.caps, shape.run.ttl));
+    writeFileSync(path, configYaml(shape, port, relay.url, providerUrls[i]!, xUrls?.[i], shape.run.caps, shape.run.ttl));
     instances.push(new Instance(i, port, relay, path, main, i === 0 ? shape.run.workers : 0, history, now));
   }
   t.after(() => Promise.all(instances.map((inst) => inst.stop('SIGKILL'))));
@@ -235,7 +235,7 @@ export async function startFleet(teardown: Teardown, shape: FleetShape, dir: str
     redis,
     instances,
     rewrite: (caps, ttl) => {
-      for (const inst of instances) writeFileSync(inst.configPath, configYaml(shape, inst.port, inst.relay.url, providerUrl, xUrl, caps, ttl));
+      for (const [i, inst] of instances.entries()) writeFileSync(inst.configPath, configYaml(shape, inst.port, inst.relay.url, providerUrls[i]!, xUrls?.[i], caps, ttl));
     },
   };
 }

@@ -74,6 +74,8 @@ export interface CallEvent {
   readonly t: 'call';
   readonly id: number;
   readonly upstream: 'v1' | 'x';
+  /** The perch instance that made it (each has its own address at the provider). */
+  readonly inst?: number;
   readonly path: string;
   /** The client resource path the call serves (v1: the path itself). */
   readonly resources: readonly string[];

@@ -45,11 +45,11 @@ export async function runFleet(options: FleetOptions): Promise<FleetResult> {
   process.once('SIGINT', interrupted);
   process.once('SIGTERM', interrupted);
   try {
-    const provider = await startV1Provider(now, (c) => history.add(c), shape.run.passThrough);
+    const provider = await startV1Provider(now, (c) => history.add(c), shape.run.passThrough, shape.run.instances);
     teardown.context.after(() => provider.close());
-    const x = shape.run.batch ? await startXProvider(now, (c) => history.add(c)) : undefined;
+    const x = shape.run.batch ? await startXProvider(now, (c) => history.add(c), shape.run.instances) : undefined;
     if (x !== undefined) teardown.context.after(() => x.close());
-    const fleet = await startFleet(teardown, shape, dir, options.perch, provider.url, x?.url, history, now);
+    const fleet = await startFleet(teardown, shape, dir, options.perch, provider.urls, x?.urls, history, now);
     await workload({ shape, fleet, provider, x, history, now, endsAt: now() + options.seconds * 1000 }, prng.fork());
     // The end: every instance drains on SIGTERM, so its log must be whole.
     await Promise.all(fleet.instances.map((inst) => inst.stop('SIGTERM')));

@@ -46,7 +46,8 @@ function bodyFor(path: string, version: number): string | undefined {
 }
 
 export interface Provider {
-  readonly url: string;
+  /** One address per perch instance, so that every call is known by the instance that made it. */
+  readonly urls: readonly string[];
   mode: ProviderMode;
   /** Keys the provider accepts in pass-through (X-API-Key); others are 401. */
   readonly genuine: Set<string>;
@@ -68,6 +69,13 @@ function closer(server: Server): () => Promise<void> {
   };
 }
 
+/** One server per instance on the same handler, told which instance it serves. */
+async function listenEach(instances: number, handler: (inst: number) => (req: IncomingMessage, res: ServerResponse) => void): Promise<{ urls: string[]; close: () => Promise<void> }> {
+  const servers = Array.from({ length: instances }, (_, inst) => createServer(handler(inst)));
+  const urls = await Promise.all(servers.map(listen));
+  return { urls, close: async () => void (await Promise.all(servers.map((server) => closer(server)()))) };
+}
+
 let nextCall = 0;
 
 /**
@@ -75,10 +83,10 @@ let nextCall = 0;
  * their X-API-Key (`cred-<id>` in keys mode, the client's key in pass-through). Every call is
  * reported with its arrival and end times, as the provider saw them.
  */
-export async function startV1Provider(now: () => number, sink: CallSink, passThrough: boolean): Promise<Provider> {
+export async function startV1Provider(now: () => number, sink: CallSink, passThrough: boolean, instances: number): Promise<Provider> {
   const versions = new Map<string, number>();
-  const provider = { url: '', mode: { kind: 'ok' } as ProviderMode, genuine: new Set<string>(), change: (r: string) => void versions.set(r, (versions.get(r) ?? 1) + 1), close: async () => {} };
-  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+  const provider = { urls: [] as string[], mode: { kind: 'ok' } as ProviderMode, genuine: new Set<string>(), change: (r: string) => void versions.set(r, (versions.get(r) ?? 1) + 1), close: async () => {} };
+  const servers = await listenEach(instances, (inst) => (req: IncomingMessage, res: ServerResponse) => {
     const start = now();
     const id = ++nextCall;
     const path = (req.url ?? '/').split('?')[0]!;
@@ -88,7 +96,7 @@ export async function startV1Provider(now: () => number, sink: CallSink, passThr
     let status = 0;
     let version: number | undefined;
     let retryAfter: number | undefined;
-    res.on('close', () => sink({ t: 'call', id, upstream: 'v1', path, resources: [path], cred, start, end: now(), status: res.writableFinished ? status : 0, ...(version === undefined ? {} : { versions: [version] }), ...(retryAfter === undefined ? {} : { retryAfter }) }));
+    res.on('close', () => sink({ t: 'call', id, upstream: 'v1', inst, path, resources: [path], cred, start, end: now(), status: res.writableFinished ? status : 0, ...(version === undefined ? {} : { versions: [version] }), ...(retryAfter === undefined ? {} : { retryAfter }) }));
     const answer = () => {
       if (res.destroyed) return;
       if (mode.kind === 'reset') return void req.socket.destroy();
@@ -112,30 +120,30 @@ export async function startV1Provider(now: () => number, sink: CallSink, passThr
     // A provider takes its time: 20-119 ms, more while it is slow, so calls overlap as they do.
     setTimeout(answer, (mode.kind === 'slow' ? mode.ms : 0) + 20 + ((id * 37) % 100));
   });
-  provider.url = await listen(server);
-  provider.close = closer(server);
+  provider.urls = servers.urls;
+  provider.close = servers.close;
   return provider;
 }
 
 export interface XProvider {
-  readonly url: string;
+  readonly urls: readonly string[];
   fail: number | undefined;
   close(): Promise<void>;
 }
 
 /** The X API v2 stand-in of the tests, its calls reported with the client resources each serves. */
-export async function startXProvider(now: () => number, sink: CallSink): Promise<XProvider> {
+export async function startXProvider(now: () => number, sink: CallSink, instances: number): Promise<XProvider> {
   const x = fakeX();
-  const server = createServer((req, res) => {
+  const servers = await listenEach(instances, (inst) => (req, res) => {
     const start = now();
     const id = ++nextCall;
     const url = new URL(req.url ?? '/', 'http://x');
     const resources = xResources(url);
-    res.on('close', () => sink({ t: 'call', id, upstream: 'x', path: url.pathname + url.search, resources, cred: 'x', start, end: now(), status: res.writableFinished ? res.statusCode : 0 }));
+    res.on('close', () => sink({ t: 'call', id, upstream: 'x', inst, path: url.pathname + url.search, resources, cred: 'x', start, end: now(), status: res.writableFinished ? res.statusCode : 0 }));
     x.failWith = provider.fail === undefined ? undefined : { status: provider.fail };
     x.behaviour(req, res);
   });
-  const provider: XProvider = { url: await listen(server), fail: undefined, close: closer(server) };
+  const provider: XProvider = { urls: servers.urls, fail: undefined, close: servers.close };
   return provider;
 }
 
