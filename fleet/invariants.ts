@@ -87,8 +87,24 @@ function providerIssue(trouble: readonly FaultEvent[]): { openIssue?: number } {
 
 /** Faults that take Redis from every instance at once. */
 const FLEET_OUTAGES = new Set(['redis-kill', 'redis-freeze']);
-/** Faults that take it from one instance: its relay cut or held, or its process (re)started, not connected at once. */
-const ONE_OUTAGES = new Set(['relay-cut', 'relay-delay', 'inst-kill', 'inst-term']);
+/**
+ * Faults that take it from one instance: its relay cut or held, its process (re)started, not
+ * connected at once, or its guard's own switch to memory that its log shows (`guard-down`).
+ */
+const ONE_OUTAGES = new Set(['relay-cut', 'relay-delay', 'inst-kill', 'inst-term', 'guard-down']);
+
+/**
+ * The Redis faults around [from, to], and the times an instance's guard found Redis away with no
+ * fault made (answers late on a busy machine, a connection not ready at start), but for those
+ * a fault made explains.
+ */
+function outagesAround(h: History, from: number, to: number): FaultEvent[] {
+  const made = redisTrouble(h, from, to);
+  const seen = h.faults.filter((f) => f.kind === 'guard-down' && f.at <= to && f.until + SETTLE_MS >= from);
+  const explained = (g: FaultEvent) =>
+    h.faults.some((f) => REDIS_FAULTS.has(f.kind) && (f.inst === undefined || f.inst === g.inst) && f.at - SLACK_MS <= g.until && f.until + SETTLE_MS >= g.at);
+  return [...made, ...seen.filter((g) => !explained(g))];
+}
 
 /** The perch processes behind instance `i`, each with its own Redis connections and share. */
 function processesOf(h: History, i: number): number {
@@ -149,7 +165,7 @@ function windowCheck(h: History, name: string, windowMs: (caps: Caps) => number,
       while (j < calls.length && calls[j]!.start < end) j++;
       const count = j - i;
       const during = capsDuring(h, u, from, end)!;
-      const trouble = redisTrouble(h, from, end);
+      const trouble = outagesAround(h, from, end);
       const limit = outageBound(h, bound(during), during.downShare, calls.slice(i, j), trouble);
       if (count <= limit || from < reportedUntil) continue;
       // One report per burst.
@@ -246,7 +262,7 @@ export const perKeyBudget: Invariant = {
     const calls = h.calls.filter((c) => c.resources.some((r) => r.startsWith(h.run.budgetPrefix)));
     if (calls.length <= plan.budget) return [];
     // The run is one window (a day); its faults, but for the fleet's start, each allow their part.
-    const trouble = redisTrouble(h, 0, calls.at(-1)!.start).filter((f) => f.kind !== 'fleet-start');
+    const trouble = outagesAround(h, 0, calls.at(-1)!.start).filter((f) => f.kind !== 'fleet-start');
     const limit = outageBound(h, plan.budget, h.run.caps.downShare, calls, trouble);
     if (calls.length <= limit) return [];
     const over = calls[limit]!;

@@ -141,6 +141,18 @@ describe('fleet invariants', () => {
     assert.equal(providerStops.check(history({ procs: two, calls: [reject, again(1000), again(2000), again(5000)], configs: [{ t: 'config', at: 4000, caps: RUN.caps, ttl: 2 }] })).length, 0);
   });
 
+  it('providerQuota: a guard that found Redis away with no fault made (its log) gets its share; one a fault explains, nothing more', () => {
+    const down: FaultEvent = { t: 'fault', kind: 'guard-down', at: 3000, until: 4000, inst: 1, detail: "from perch's log" };
+    const calls = [call(0, { inst: 1 }), ...[1000, 2000, 3500, 4500].map((t) => call(t, { inst: 0 })), call(5000, { inst: 1 })];
+    assert.equal(providerQuota.check(history({ procs: [STARTED], calls })).length, 1);
+    assert.equal(providerQuota.check(history({ procs: [STARTED], faults: [down], calls })).length, 0);
+    // The relay cut that made it already allows instance 1 its share: the log line adds nothing.
+    const cut: FaultEvent = { t: 'fault', kind: 'relay-cut', at: 2900, until: 4100, inst: 1 };
+    const more = [...calls, call(5100, { inst: 1 })];
+    assert.equal(providerQuota.check(history({ procs: [STARTED], faults: [cut], calls: more })).length, 1);
+    assert.equal(providerQuota.check(history({ procs: [STARTED], faults: [cut, down], calls: more })).length, 1);
+  });
+
   it('perKeyBudget: the budget key\'s paths get at most its limit of calls', () => {
     const budgetCall = (t: number) => call(t, { path: `/v1/users/77${t}`, resources: [`/v1/users/77${t}`] });
     assert.equal(perKeyBudget.check(history({ calls: [budgetCall(1), budgetCall(2), call(3)] })).length, 0);
