@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TestContext } from 'node:test';
 import { startRedis, type TestRedis } from '../test/helpers/redis-server.js';
@@ -118,6 +118,42 @@ log: { level: info }
 `;
 }
 
+/**
+ * The instance whose process (or one of its workers) holds the client end of a connection from
+ * 127.0.0.1:`clientPort` to a stand-in listening on `serverPort`, found in /proc (Linux). Every
+ * instance calls the provider at the same url, as a fleet's do (perch names the shared state of
+ * pass-through verdicts by it), so only the connection tells them apart. Undefined when the
+ * socket is gone or belongs to none of them.
+ */
+export function connectionOwner(instances: readonly Instance[], clientPort: number, serverPort: number): number | undefined {
+  const hex = (port: number) => `:${port.toString(16).toUpperCase().padStart(4, '0')}`;
+  let socket: string | undefined;
+  for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+    for (const line of readFileSync(table, 'utf8').split('\n').slice(1)) {
+      const fields = line.trim().split(/\s+/);
+      if (fields[1]?.endsWith(hex(clientPort)) && fields[2]?.endsWith(hex(serverPort))) socket = `socket:[${fields[9]}]`;
+    }
+    if (socket !== undefined) break;
+  }
+  if (socket === undefined) return undefined;
+  const read = <T>(f: () => T, none: T): T => {
+    try {
+      return f();
+    } catch {
+      return none;
+    }
+  };
+  for (const inst of instances) {
+    const pid = inst.child?.pid;
+    if (pid === undefined) continue;
+    const children = read(() => readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter((p) => p !== ''), []);
+    for (const p of [String(pid), ...children]) {
+      for (const fd of read(() => readdirSync(`/proc/${p}/fd`), [])) if (read(() => readlinkSync(`/proc/${p}/fd/${fd}`), '') === socket) return inst.index;
+    }
+  }
+  return undefined;
+}
+
 /** The provider guard's switch lines (insured-state.ts), as perch logs them. */
 const GUARD_DOWN = 'provider guard: Redis failed';
 const GUARD_UP = 'provider guard: Redis answers again';
@@ -232,7 +268,7 @@ export interface Fleet {
   rewrite(caps: Caps, ttl: number): void;
 }
 
-export async function startFleet(teardown: Teardown, shape: FleetShape, dir: string, perchDir: string, providerUrls: readonly string[], xUrls: readonly string[] | undefined, history: HistoryWriter, now: () => number): Promise<Fleet> {
+export async function startFleet(teardown: Teardown, shape: FleetShape, dir: string, perchDir: string, providerUrl: string, xUrl: string | undefined, history: HistoryWriter, now: () => number): Promise<Fleet> {
   const t = teardown.context;
   const redis = await startRedis(t);
   const main = join(perchDir, 'dist', 'src', 'main.js');
@@ -241,7 +277,7 @@ export async function startFleet(teardown: Teardown, shape: FleetShape, dir: str
     const relay = await startTcpProxy(t, redis.port);
     const port = await freePort();
     const path = join(dir, `perch-${i}.yaml`);
-    writeFileSync(path, configYaml(shape, port, relay.url, providerUrls[i]!, xUrls?.[i], shape.run.caps, shape.run.ttl));
+    writeFileSync(path, configYaml(shape, port, relay.url, providerUrl, xUrl, shape.run.caps, shape.run.ttl));
     instances.push(new Instance(i, port, relay, path, main, i === 0 ? shape.run.workers : 0, history, now));
   }
   t.after(() => Promise.all(instances.map((inst) => inst.stop('SIGKILL'))));
@@ -250,7 +286,7 @@ export async function startFleet(teardown: Teardown, shape: FleetShape, dir: str
     redis,
     instances,
     rewrite: (caps, ttl) => {
-      for (const [i, inst] of instances.entries()) writeFileSync(inst.configPath, configYaml(shape, inst.port, inst.relay.url, providerUrls[i]!, xUrls?.[i], caps, ttl));
+      for (const inst of instances) writeFileSync(inst.configPath, configYaml(shape, inst.port, inst.relay.url, providerUrl, xUrl, caps, ttl));
     },
   };
 }

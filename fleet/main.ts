@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { drawShape, startFleet, Teardown } from './fleet.js';
+import { connectionOwner, drawShape, startFleet, Teardown, type Instance } from './fleet.js';
 import { HistoryWriter, readHistory, split, type Event, type History } from './history.js';
 import { checkAll, INVARIANTS, type Violation } from './invariants.js';
 import { Prng } from './prng.js';
@@ -45,11 +45,15 @@ export async function runFleet(options: FleetOptions): Promise<FleetResult> {
   process.once('SIGINT', interrupted);
   process.once('SIGTERM', interrupted);
   try {
-    const provider = await startV1Provider(now, (c) => history.add(c), shape.run.passThrough, shape.run.instances);
+    // Calls are told apart by the instance that made them once the fleet is up.
+    let instances: readonly Instance[] = [];
+    const caller = (clientPort: number, serverPort: number) => connectionOwner(instances, clientPort, serverPort);
+    const provider = await startV1Provider(now, (c) => history.add(c), shape.run.passThrough, caller);
     teardown.context.after(() => provider.close());
-    const x = shape.run.batch ? await startXProvider(now, (c) => history.add(c), shape.run.instances) : undefined;
+    const x = shape.run.batch ? await startXProvider(now, (c) => history.add(c), caller) : undefined;
     if (x !== undefined) teardown.context.after(() => x.close());
-    const fleet = await startFleet(teardown, shape, dir, options.perch, provider.urls, x?.urls, history, now);
+    const fleet = await startFleet(teardown, shape, dir, options.perch, provider.url, x?.url, history, now);
+    instances = fleet.instances;
     await workload({ shape, fleet, provider, x, history, now, endsAt: now() + options.seconds * 1000 }, prng.fork());
     // The end: every instance drains on SIGTERM, so its log must be whole.
     await Promise.all(fleet.instances.map((inst) => inst.stop('SIGTERM')));

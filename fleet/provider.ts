@@ -46,8 +46,7 @@ function bodyFor(path: string, version: number): string | undefined {
 }
 
 export interface Provider {
-  /** One address per perch instance, so that every call is known by the instance that made it. */
-  readonly urls: readonly string[];
+  readonly url: string;
   mode: ProviderMode;
   /** Keys the provider accepts in pass-through (X-API-Key); others are 401. */
   readonly genuine: Set<string>;
@@ -57,6 +56,23 @@ export interface Provider {
 }
 
 export type CallSink = (call: CallEvent) => void;
+
+/** The perch instance behind a connection, by its client and server ports (fleet.ts `connectionOwner`). */
+export type Caller = (clientPort: number, serverPort: number) => number | undefined;
+
+/** Each connection's instance, looked up once found: undici keeps its connections, so few are. */
+function callers(caller: Caller | undefined): (req: IncomingMessage) => { inst?: number } {
+  const known = new WeakMap<object, number>();
+  return (req) => {
+    const socket = req.socket;
+    let inst = known.get(socket);
+    if (inst === undefined && caller !== undefined && socket.remotePort !== undefined && socket.localPort !== undefined) {
+      inst = caller(socket.remotePort, socket.localPort);
+      if (inst !== undefined) known.set(socket, inst);
+    }
+    return inst === undefined ? {} : { inst };
+  };
+}
 
 function listen(server: Server): Promise<string> {
   return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve(`http://127.0.0.1:${(server.address() as AddressInfo).port}`)));
@@ -69,13 +85,6 @@ function closer(server: Server): () => Promise<void> {
   };
 }
 
-/** One server per instance on the same handler, told which instance it serves. */
-async function listenEach(instances: number, handler: (inst: number) => (req: IncomingMessage, res: ServerResponse) => void): Promise<{ urls: string[]; close: () => Promise<void> }> {
-  const servers = Array.from({ length: instances }, (_, inst) => createServer(handler(inst)));
-  const urls = await Promise.all(servers.map(listen));
-  return { urls, close: async () => void (await Promise.all(servers.map((server) => closer(server)()))) };
-}
-
 let nextCall = 0;
 
 /**
@@ -83,12 +92,14 @@ let nextCall = 0;
  * their X-API-Key (`cred-<id>` in keys mode, the client's key in pass-through). Every call is
  * reported with its arrival and end times, as the provider saw them.
  */
-export async function startV1Provider(now: () => number, sink: CallSink, passThrough: boolean, instances: number): Promise<Provider> {
+export async function startV1Provider(now: () => number, sink: CallSink, passThrough: boolean, caller?: Caller): Promise<Provider> {
   const versions = new Map<string, number>();
-  const provider = { urls: [] as string[], mode: { kind: 'ok' } as ProviderMode, genuine: new Set<string>(), change: (r: string) => void versions.set(r, (versions.get(r) ?? 1) + 1), close: async () => {} };
-  const servers = await listenEach(instances, (inst) => (req: IncomingMessage, res: ServerResponse) => {
+  const callerOf = callers(caller);
+  const provider = { url: '', mode: { kind: 'ok' } as ProviderMode, genuine: new Set<string>(), change: (r: string) => void versions.set(r, (versions.get(r) ?? 1) + 1), close: async () => {} };
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
     const start = now();
     const id = ++nextCall;
+    const by = callerOf(req);
     const path = (req.url ?? '/').split('?')[0]!;
     const key = String(req.headers['x-api-key'] ?? '');
     const cred = passThrough ? key : key.replace(/^cred-/, '');
@@ -96,7 +107,7 @@ export async function startV1Provider(now: () => number, sink: CallSink, passThr
     let status = 0;
     let version: number | undefined;
     let retryAfter: number | undefined;
-    res.on('close', () => sink({ t: 'call', id, upstream: 'v1', inst, path, resources: [path], cred, start, end: now(), status: res.writableFinished ? status : 0, ...(version === undefined ? {} : { versions: [version] }), ...(retryAfter === undefined ? {} : { retryAfter }) }));
+    res.on('close', () => sink({ t: 'call', id, upstream: 'v1', ...by, path, resources: [path], cred, start, end: now(), status: res.writableFinished ? status : 0, ...(version === undefined ? {} : { versions: [version] }), ...(retryAfter === undefined ? {} : { retryAfter }) }));
     const answer = () => {
       if (res.destroyed) return;
       if (mode.kind === 'reset') return void req.socket.destroy();
@@ -120,30 +131,32 @@ export async function startV1Provider(now: () => number, sink: CallSink, passThr
     // A provider takes its time: 20-119 ms, more while it is slow, so calls overlap as they do.
     setTimeout(answer, (mode.kind === 'slow' ? mode.ms : 0) + 20 + ((id * 37) % 100));
   });
-  provider.urls = servers.urls;
-  provider.close = servers.close;
+  provider.url = await listen(server);
+  provider.close = closer(server);
   return provider;
 }
 
 export interface XProvider {
-  readonly urls: readonly string[];
+  readonly url: string;
   fail: number | undefined;
   close(): Promise<void>;
 }
 
 /** The X API v2 stand-in of the tests, its calls reported with the client resources each serves. */
-export async function startXProvider(now: () => number, sink: CallSink, instances: number): Promise<XProvider> {
+export async function startXProvider(now: () => number, sink: CallSink, caller?: Caller): Promise<XProvider> {
   const x = fakeX();
-  const servers = await listenEach(instances, (inst) => (req, res) => {
+  const callerOf = callers(caller);
+  const server = createServer((req, res) => {
     const start = now();
     const id = ++nextCall;
+    const by = callerOf(req);
     const url = new URL(req.url ?? '/', 'http://x');
     const resources = xResources(url);
-    res.on('close', () => sink({ t: 'call', id, upstream: 'x', inst, path: url.pathname + url.search, resources, cred: 'x', start, end: now(), status: res.writableFinished ? res.statusCode : 0 }));
+    res.on('close', () => sink({ t: 'call', id, upstream: 'x', ...by, path: url.pathname + url.search, resources, cred: 'x', start, end: now(), status: res.writableFinished ? res.statusCode : 0 }));
     x.failWith = provider.fail === undefined ? undefined : { status: provider.fail };
     x.behaviour(req, res);
   });
-  const provider: XProvider = { urls: servers.urls, fail: undefined, close: servers.close };
+  const provider: XProvider = { url: await listen(server), fail: undefined, close: closer(server) };
   return provider;
 }
 
