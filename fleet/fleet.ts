@@ -128,6 +128,10 @@ log: { level: info }
 ${more.metricsPort === undefined ? '' : `metrics: { port: ${more.metricsPort} }\n`}`;
 }
 
+/** The provider guard's switch lines (insured-state.ts), as perch logs them. */
+const GUARD_DOWN = 'provider guard: Redis failed';
+const GUARD_UP = 'provider guard: Redis answers again';
+
 /** One perch instance: its relay to Redis, its port, its current process. */
 export class Instance {
   gen = 0;
@@ -197,15 +201,26 @@ export class Instance {
     if (clean && last !== '') lines.push(last);
     const badLines: string[] = [];
     const accessIds: string[] = [];
+    // Redis away from this instance's guard though no fault was made (its answers late on a busy
+    // machine, its connection not ready yet at start): perch's own switch lines say when.
+    const zero = Date.now() - this.now();
+    let downSince: number | undefined;
+    const guardDown = (until: number) => {
+      if (downSince !== undefined) this.history.add({ t: 'fault', kind: 'guard-down', at: downSince, until, inst: this.index, detail: 'from perch\'s log' });
+      downSince = undefined;
+    };
     for (const line of lines) {
       if (line === '') continue;
       try {
-        const entry = JSON.parse(line) as { msg?: string; req_id?: string };
+        const entry = JSON.parse(line) as { msg?: string; req_id?: string; time?: number };
         if (entry.msg === 'request' && entry.req_id !== undefined) accessIds.push(entry.req_id);
+        else if (entry.msg?.startsWith(GUARD_DOWN) === true && entry.time !== undefined) downSince ??= entry.time - zero;
+        else if (entry.msg?.startsWith(GUARD_UP) === true && entry.time !== undefined) guardDown(entry.time - zero);
       } catch {
         badLines.push(line);
       }
     }
+    guardDown(this.now());
     this.history.add({ t: 'stdout', inst: this.index, gen, clean, badLines, accessIds });
   }
 

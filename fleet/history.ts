@@ -87,7 +87,7 @@ export interface CallEvent {
   /** Per resource, the version of the body answered. */
   readonly versions?: readonly number[];
   readonly retryAfter?: number;
-  /** The instance whose process made the call (each has a listener of its own at the stand-ins). */
+  /** The instance whose process made the call, found by its connection (in /proc, on Linux). */
   readonly inst?: number;
 }
 

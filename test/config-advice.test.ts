@@ -18,6 +18,12 @@ test('a capped upstream sharing its caps through Redis with redis_down_share 1 i
   assert.deepEqual(unshared(`${v1('main', URL, 'quota: { requests: 900, per_seconds: 900 }')}\nspare: { kind: fixture }`, REDIS), ['main']);
 });
 
+test('an upstream without a cap is named when a plan has a provider_calls budget, which its calls charge', T, () => {
+  const budget = (yaml: string) => yaml.replace('rate_limits:\n', 'rate_limits:\n  metered: { capacity: 10, refill_per_second: 1, provider_calls: { limit: 100, window: day } }\n');
+  assert.deepEqual(unsharedCapUpstreams(parseConfig(budget(testConfig(v1('main', URL), REDIS)), {})), ['main']);
+  assert.deepEqual(unsharedCapUpstreams(parseConfig(budget(testConfig(v1('main', URL, 'redis_down_share: 0.5'), REDIS)), {})), []);
+});
+
 test('no warning with a share below 1, without a cap, or without Redis', T, () => {
   assert.deepEqual(unshared(v1('main', URL, 'max_requests_per_second: 10, redis_down_share: 0.5'), REDIS), []);
   assert.deepEqual(unshared(v1('main', URL), REDIS), []);

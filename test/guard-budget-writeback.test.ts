@@ -100,3 +100,69 @@ test('Redis frozen long enough for its breaker to open: the spends charged meanw
   t.diagnostic(`alpha's count in Redis: ${await inspector.get(alphaKey)}; B after: ${ok(after)}; alpha's provider calls: ${3 + 2 + ok(after)}`);
   assert.equal(ok(after), 0);
 });
+
+// The same budget across a fleet: while Redis is away each instance charges a key only within its
+// `redis_down_share` of the limit, its own charges through Redis counted, so an attacker sending
+// the key's misses to every instance gets no fresh limit from each.
+
+function sharedInstance(t: TestContext, redisUrl: string, upstream: TestUpstream): Promise<RunningPerch> {
+  const yaml = testConfig(v1('main', upstream.url, 'redis_down_share: 0.5'), `rate_limits_redis: { url: "${redisUrl}", command_timeout_ms: 300 }`)
+    .replace(`{ id: alpha, key: "${KEY}", plan: big }`, `{ id: alpha, key: "${KEY}", plan: metered }`)
+    .replace('rate_limits:\n', `rate_limits:\n  metered: { capacity: 100000, refill_per_second: 100000, provider_calls: { limit: ${LIMIT}, window: day } }\n`);
+  return startPerch(t, yaml);
+}
+
+test('two instances, share 0.5, Redis frozen after A charged 3 of 5: A charges no more, B its 2, 5 in all', { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const a = await sharedInstance(t, redis.url, upstream);
+  const b = await sharedInstance(t, redis.url, upstream);
+  const inspector = new Redis(redis.url);
+  onCleanup(t, () => inspector.disconnect());
+  onCleanup(t, () => redis.thaw());
+  assert.deepEqual(await misses(a, 1, 3), [200, 200, 200]);
+  const [budgetKey] = await inspector.keys('*budget*');
+  redis.freeze();
+  const duringA = await misses(a, 100, 4);
+  const duringB = await misses(b, 200, 4);
+  t.diagnostic(`while frozen: A ${ok(duringA)}, B ${ok(duringB)}; provider calls in all: ${upstream.requests.length}`);
+  // A's own 3 are over its share (floor(0.5 x 5) = 2); B had charged none.
+  assert.equal(ok(duringA), 0);
+  assert.equal(ok(duringB), 2);
+  redis.thaw();
+  // B's 2 go back; asks that timed out while frozen may run on the thaw too, counting more.
+  await waitFor(async () => Number(await inspector.get(budgetKey!)) >= LIMIT, 10_000);
+  assert.equal(ok([...(await misses(a, 300, 2)), ...(await misses(b, 400, 2))]), 0);
+  assert.equal(upstream.requests.length, LIMIT);
+});
+
+test('Redis restarted empty after A charged 4 of 5: A back first restores the count, B is charged 1 more', { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const proxyA = await startTcpProxy(t, redis.port);
+  const proxyB = await startTcpProxy(t, redis.port);
+  const a = await sharedInstance(t, proxyA.url, upstream);
+  const b = await sharedInstance(t, proxyB.url, upstream);
+  const inspector = new Redis(redis.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50 });
+  inspector.on('error', () => {});
+  onCleanup(t, () => inspector.disconnect());
+  assert.deepEqual(await misses(a, 1, 4), [200, 200, 200, 200]);
+  const [budgetKey] = await inspector.keys('*budget*');
+  proxyA.cut();
+  proxyB.cut();
+  await redis.kill();
+  await redis.restart();
+  await waitFor(async () => (await inspector.ping().catch(() => '')) === 'PONG', 10_000);
+  proxyA.restore();
+  // A's connection is ready again: it writes back what it knew the window had spent.
+  await waitFor(async () => (await inspector.get(budgetKey!)) === '4', 10_000);
+  // B's connection ready too (else B charges within its share alone, as in any outage).
+  const connections = async () => ((await inspector.client('LIST')) as string).split('\n').filter((line) => line.includes('name=perch-rate-limits')).length;
+  const aOnly = await connections();
+  proxyB.restore();
+  await waitFor(async () => (await connections()) === 2 * aOnly, 10_000);
+  const after = await misses(b, 200, 4);
+  t.diagnostic(`B after the restart: ${ok(after)}; provider calls in all: ${upstream.requests.length}`);
+  assert.equal(ok(after), 1);
+  assert.equal(upstream.requests.length, LIMIT);
+});

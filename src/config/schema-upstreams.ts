@@ -96,7 +96,7 @@ const HTTP = {
     min: 0.001,
     max: 1,
     default: 1,
-    doc: 'while the shared Redis is unreachable, the fraction of every cap each instance keeps on its own, 0.001-1: set it to 1 / the number of instances (left at 1 on a capped upstream with a Redis, start-up logs a warning naming the upstream)',
+    doc: "while the shared Redis is unreachable, the fraction of every cap each instance keeps on its own, and of each key's `provider_calls` budget it may charge for calls to this upstream, 0.001-1: set it to 1 / the number of instances (left at 1 with a Redis on a capped upstream, or on any upstream when a plan has `provider_calls`, start-up logs a warning naming the upstream)",
   }),
   rate_limit_reserve: int({
     min: 0,

@@ -12,6 +12,8 @@ export interface BudgetOptions {
   readonly events: UpstreamEvents;
   /** Told every key's count as the store answers it, for the answers' headers and the metrics. */
   readonly book?: BudgetBook;
+  /** The part of a budget this instance charges on its own while Redis is unreachable (`redis_down_share`). */
+  readonly share?: number;
   /** The attempts this layer charges; absent: every one whose payer has a budget. */
   readonly charges?: (attempt: Attempt) => boolean;
 }
@@ -41,7 +43,7 @@ export function createBudget(options: BudgetOptions): Layer {
     const { startMs, endMs } = budgetWindow(budget.window, clock.now());
     const memo = `${attempt.payer!.id}\n${startMs}\n${budget.limit}`;
     if (spent.has(memo)) return refuse(attempt.request.endpoint, endMs);
-    const query: SpendQuery = { keyId: attempt.payer!.id, startMs, endMs, limit: budget.limit };
+    const query: SpendQuery = { keyId: attempt.payer!.id, startMs, endMs, limit: budget.limit, ...(options.share === undefined ? {} : { share: options.share }) };
     const spend = await state.spend(query);
     book?.record(query.keyId, attempt.payer!.label, budget, startMs, spend.allowed ? spend.used : budget.limit);
     if (!spend.allowed) {

@@ -111,7 +111,7 @@ export function buildUpstream(name: string, config: UpstreamConfig, options: Cha
   for (const credential of config.credentials) events.credentialState(name, credential.id, 'active');
   events.breakerState(name, 'closed');
   const guard = createGuard({ upstream: name, config, state: stops, clock, timers, events, ...(options.queues === undefined ? {} : { queues: options.queues }) });
-  const budget = { upstream: name, state, clock, events, book: options.budgets };
+  const budget = { upstream: name, state, clock, events, book: options.budgets, share: config.redis_down_share };
   const batching = config.kind === 'x_v2' && config.batch.enabled;
   // Batched misses are charged one each above the batch layer, as X bills them (per item read,
   // retries of the call billing nothing more); the call carries no budget down (batch.ts).

@@ -7,7 +7,7 @@ import type { NodeBreakers } from '../../redis/node-breakers.js';
 import { insured, SwitchLog } from '../../redis/insurance.js';
 import { MAX_RECONNECT_DELAY_MS } from '../../redis/redis-client.js';
 import { IN_FLIGHT_POLL_MS, type MemoryProviderState } from './memory-state.js';
-import type { Admission, AdmitQuery, CallCap, HeldCall, OutcomeReport, OutcomeTotals, ProviderState, Spend, SpendQuery, Stop, StopState } from './provider-state.js';
+import { localBudget, type Admission, type AdmitQuery, type CallCap, type HeldCall, type OutcomeReport, type OutcomeTotals, type ProviderState, type Spend, type SpendQuery, type Stop, type StopState } from './provider-state.js';
 import type { RedisProviderState } from './redis-state.js';
 
 /** How many times more a call that may not wait asks a Redis that answered it too late: once, so
@@ -325,6 +325,12 @@ export class InsuredProviderState implements ProviderState {
    */
   reconnected(): void {
     this.#checked.clear();
+    // Every window this instance knows of goes back, with nothing to add if nothing was charged
+    // here meanwhile: a Redis that restarted empty gets at least what this instance knew.
+    for (const query of this.#memory.budgetWindows()) {
+      const key = this.#redis.budgetKey(query);
+      if (!this.#unsent.has(key)) this.#unsent.set(key, { query, calls: 0 });
+    }
     for (const [key, pending] of this.#unsent) {
       void this.#insured(
         this.#budget(pending.query),
@@ -346,9 +352,12 @@ export class InsuredProviderState implements ProviderState {
   }
 
   /**
-   * Budgets are the fleet's while Redis answers; while it does not, each instance counts on
-   * from what Redis last said the key had spent. Calls charged here go back to Redis before it
-   * charges the key again, and as soon as the connection is ready again.
+   * Budgets are the fleet's while Redis answers; while it does not, each instance charges a key
+   * only within its share of the limit (`redis_down_share`, its own charges through Redis in the
+   * window counted), and never past what Redis last said the key had spent plus what it charged
+   * since. Calls charged here go back to Redis before it charges the key again, and as soon as
+   * the connection is ready again; every charge and write-back also raises Redis's count to what
+   * this instance knows the window spent, which a Redis that restarted empty has lost.
    */
   spend(query: SpendQuery): Spend | Promise<Spend> {
     return this.#insured<Spend>(
@@ -356,13 +365,13 @@ export class InsuredProviderState implements ProviderState {
       async () => {
         const key = this.#redis.budgetKey(query);
         await this.#writeBackSpends(key);
-        const spent = await this.#redis.spend(query);
-        this.#memory.noteShared(query, spent.used);
+        const spent = await this.#redis.spend(query, this.#memory.budgetUsed(query));
+        this.#memory.noteShared(query, spent.used, spent.allowed);
         this.#writeBackOtherSpends(key);
         return { ...spent, charged: 'shared' };
       },
       () => {
-        const spent = this.#memory.spend(query);
+        const spent = this.#memory.spend(query, localBudget(query));
         if (spent.allowed) {
           const key = this.#redis.budgetKey(query);
           const pending = this.#unsent.get(key);
@@ -398,7 +407,7 @@ export class InsuredProviderState implements ProviderState {
     this.#unsent.delete(key);
     if (pending.query.endMs <= this.#now()) return;
     try {
-      const used = await this.#redis.addSpends(pending.query, pending.calls);
+      const used = await this.#redis.addSpends(pending.query, pending.calls, this.#memory.budgetUsed(pending.query));
       this.#memory.noteShared(pending.query, used);
     } catch (error) {
       // Not sent: kept for the next try, with any charged meanwhile.
@@ -411,8 +420,9 @@ export class InsuredProviderState implements ProviderState {
 
   /**
    * Back to the side that counted it: a call counted in memory and refunded to Redis would give
-   * the fleet a call it never spent, and the reverse would give memory one for the next outage.
-   * A refund Redis cannot take now is lost, which errs on the provider's side.
+   * the fleet a call it never spent, and the reverse would give memory one for the next outage
+   * (but for this instance's own charges, which its share counts). A refund Redis cannot take now
+   * is lost, from both, which errs on the provider's side.
    */
   refund(query: SpendQuery, spent: Spend): void {
     if (spent.charged === 'local') {
@@ -420,7 +430,10 @@ export class InsuredProviderState implements ProviderState {
       const key = this.#redis.budgetKey(query);
       const pending = this.#unsent.get(key);
       if (pending !== undefined && --pending.calls <= 0) this.#unsent.delete(key);
-    } else if (this.#budget(query).state !== 'open') this.#redis.refund(query);
+    } else if (this.#budget(query).state !== 'open') {
+      this.#memory.disown(query);
+      this.#redis.refund(query);
+    }
   }
 
   /** The throttle goes on with this instance's own counts while Redis is away. */

@@ -41,8 +41,11 @@ export class MemoryProviderState implements ProviderState {
   /** Turns taken with `claim`, until when. */
   readonly #claims = new Map<string, number>();
   readonly #ledgers = new Map<string, Ledger>();
-  /** Calls counted per key and budget window, dropped once their window has ended. */
-  readonly #budgets = new Map<string, { used: number; endMs: number }>();
+  /**
+   * Calls counted per key and budget window (`own`: charged by this instance), with the query
+   * that first charged it, dropped once their window has ended.
+   */
+  readonly #budgets = new Map<string, { used: number; own: number; endMs: number; query: SpendQuery }>();
 
   constructor(clock: Clock) {
     this.#clock = clock;
@@ -139,35 +142,62 @@ export class MemoryProviderState implements ProviderState {
     return earliest === undefined ? { candidates } : { candidates, earliest };
   }
 
-  spend(query: SpendQuery): Spend {
-    const key = `${query.keyId}\n${query.startMs}`;
-    let budget = this.#budgets.get(key);
-    if (budget === undefined) {
-      this.#forgetEndedBudgets();
-      budget = { used: 0, endMs: query.endMs };
-      this.#budgets.set(key, budget);
-    }
-    if (budget.used >= query.limit) return { allowed: false, used: budget.used };
+  /**
+   * Counts a call against the key's window if it has room: fewer than `limit` counted, and,
+   * with `ownLimit`, fewer than that charged by this instance itself (as insurance: its share).
+   */
+  spend(query: SpendQuery, ownLimit = Infinity): Spend {
+    const budget = this.#budget(query);
+    if (budget.used >= query.limit || budget.own >= ownLimit) return { allowed: false, used: budget.used };
     budget.used++;
+    budget.own++;
     return { allowed: true, used: budget.used };
   }
 
   /**
-   * What the shared state said the key's window had spent: the count here goes on from it when
-   * the shared state is away, not from what this instance alone charged.
+   * What the shared state said the key's window had spent, and whether it charged this call
+   * there: the count here goes on from it when the shared state is away, not from what this
+   * instance alone charged, and this instance's own charges bound what it may charge alone.
    */
-  noteShared(query: SpendQuery, used: number): void {
-    const key = `${query.keyId}\n${query.startMs}`;
-    const budget = this.#budgets.get(key);
-    if (budget === undefined) {
-      this.#forgetEndedBudgets();
-      this.#budgets.set(key, { used, endMs: query.endMs });
-    } else budget.used = Math.max(budget.used, used);
+  noteShared(query: SpendQuery, used: number, charged = false): void {
+    const budget = this.#budget(query);
+    budget.used = Math.max(budget.used, used);
+    if (charged) budget.own++;
+  }
+
+  /** What this instance knows the key's window spent: the shared state's last word and its own charges since. */
+  budgetUsed(query: SpendQuery): number {
+    return this.#budgets.get(`${query.keyId}\n${query.startMs}`)?.used ?? 0;
+  }
+
+  /** Every budget window known here that has not ended, as the query that charged it. */
+  budgetWindows(): SpendQuery[] {
+    this.#forgetEndedBudgets();
+    return [...this.#budgets.values()].map((budget) => budget.query);
   }
 
   refund(query: SpendQuery): void {
     const budget = this.#budgets.get(`${query.keyId}\n${query.startMs}`);
-    if (budget !== undefined && budget.used > 0) budget.used--;
+    if (budget === undefined) return;
+    if (budget.used > 0) budget.used--;
+    this.disown(query);
+  }
+
+  /** A call the shared state charged for this instance was given back there: no longer its own. */
+  disown(query: SpendQuery): void {
+    const budget = this.#budgets.get(`${query.keyId}\n${query.startMs}`);
+    if (budget !== undefined && budget.own > 0) budget.own--;
+  }
+
+  #budget(query: SpendQuery): { used: number; own: number; endMs: number; query: SpendQuery } {
+    const key = `${query.keyId}\n${query.startMs}`;
+    let budget = this.#budgets.get(key);
+    if (budget === undefined) {
+      this.#forgetEndedBudgets();
+      budget = { used: 0, own: 0, endMs: query.endMs, query };
+      this.#budgets.set(key, budget);
+    }
+    return budget;
   }
 
   #forgetEndedBudgets(): void {

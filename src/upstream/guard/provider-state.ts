@@ -124,6 +124,20 @@ export interface SpendQuery {
   readonly startMs: number;
   readonly endMs: number;
   readonly limit: number;
+  /**
+   * The part of `limit` this instance may charge on its own while the shared state is
+   * unreachable (the upstream's `redis_down_share`); absent, the whole limit.
+   */
+  readonly share?: number;
+}
+
+/**
+ * The calls of a budget's window one instance may charge on its own while the shared state is
+ * unreachable, its charges through it included: `share` of the limit, rounded down, at least 1,
+ * as the caps' shares are.
+ */
+export function localBudget(query: SpendQuery): number {
+  return query.share === undefined ? query.limit : Math.max(1, Math.floor(query.limit * query.share));
 }
 
 /**

@@ -361,11 +361,17 @@ return {accepts, failures, stored}
 /**
  * One call against a key's budget for a calendar window, only if it has room. The key expires a
  * day after its window ends, so a restart within the window finds the count, and nothing lingers.
- * The expiry is relative, from the caller's clock, as the windows are.
- * KEYS[1] the window's count; ARGV limit, time to live (ms).
+ * The expiry is relative, from the caller's clock, as the windows are. The count is first raised
+ * to what the caller knows the window spent: a Redis that restarted empty has lost it.
+ * KEYS[1] the window's count; ARGV limit, time to live (ms), the caller's count.
  */
 const SPEND_SCRIPT = `
 local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+local known = tonumber(ARGV[3])
+if known > used then
+  used = known
+  redis.call('SET', KEYS[1], used, 'PX', ARGV[2])
+end
 if used >= tonumber(ARGV[1]) then return {0, used} end
 used = redis.call('INCR', KEYS[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -379,11 +385,17 @@ return 0
 `;
 
 /**
- * Adds calls one instance charged to a budget while Redis was away. Counted whatever the limit:
- * they were made. KEYS[1] the window's count; ARGV calls, ttl ms.
+ * Adds calls one instance charged to a budget while Redis was away, and raises the count to what
+ * that instance knows the window spent (Redis's last word to it and its calls since): a Redis
+ * that restarted empty has lost the rest. Counted whatever the limit: they were made.
+ * KEYS[1] the window's count; ARGV calls, ttl ms, the caller's count.
  */
 const ADD_SPENDS_SCRIPT = `
 local used = redis.call('INCRBY', KEYS[1], ARGV[1])
+if used < tonumber(ARGV[3]) then
+  used = tonumber(ARGV[3])
+  redis.call('SET', KEYS[1], used)
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return used
 `;
@@ -433,9 +445,9 @@ interface WithScripts {
   [LIFT](key: string, state: string): Promise<number>;
   [WITHDRAW](fair: string, waiting: string, live: string, payer: string): Promise<number>;
   [OUTCOMES](key: string, ...args: (string | number)[]): Promise<[number, number, number]>;
-  [SPEND](key: string, limit: number, ttlMs: number): Promise<[number, number]>;
+  [SPEND](key: string, limit: number, ttlMs: number, known: number): Promise<[number, number]>;
   [REFUND](key: string): Promise<number>;
-  [ADD_SPENDS](key: string, calls: number, ttlMs: number): Promise<number>;
+  [ADD_SPENDS](key: string, calls: number, ttlMs: number, known: number): Promise<number>;
   [GENERATION](key: string, candidate: string): Promise<[string, number, number]>;
   [WRITE_BACK](recent: string, quota: string, leases: string, ...args: (string | number)[]): Promise<number>;
 }
@@ -563,9 +575,10 @@ export class RedisProviderState implements ProviderState {
     return { accepts: Number(accepts), failures: Number(failures), epoch: Number(stored) };
   }
 
-  async spend(query: SpendQuery): Promise<Spend> {
+  /** Charges one call if the key's window has room, its count first raised to `known` (what the caller knows it spent). */
+  async spend(query: SpendQuery, known = 0): Promise<Spend> {
     const ttlMs = Math.max(1, query.endMs - this.#clockNow()) + 86_400_000;
-    const [allowed, used] = await this.#scripts[SPEND](this.budgetKey(query), query.limit, ttlMs);
+    const [allowed, used] = await this.#scripts[SPEND](this.budgetKey(query), query.limit, ttlMs, known);
     return { allowed: Number(allowed) === 1, used: Number(used) };
   }
 
@@ -578,10 +591,13 @@ export class RedisProviderState implements ProviderState {
     return { generation: String(generation), fresh: Number(fresh) === 1, ageMs: Number(ageMs) };
   }
 
-  /** Writes back `calls` charged to the key's window without Redis; answers the window's count. */
-  async addSpends(query: SpendQuery, calls: number): Promise<number> {
+  /**
+   * Writes back `calls` charged to the key's window without Redis, the count raised to at least
+   * `known`; answers the window's count.
+   */
+  async addSpends(query: SpendQuery, calls: number, known = 0): Promise<number> {
     const ttlMs = Math.max(1, query.endMs - this.#clockNow()) + 86_400_000;
-    return Number(await this.#scripts[ADD_SPENDS](this.budgetKey(query), calls, ttlMs));
+    return Number(await this.#scripts[ADD_SPENDS](this.budgetKey(query), calls, ttlMs, known));
   }
 
   refund(query: SpendQuery): void {
