@@ -182,15 +182,18 @@ export class Instance {
     if (clean && last !== '') lines.push(last);
     const badLines: string[] = [];
     const accessIds: string[] = [];
+    const seen = new RedisSeen(Date.now() - this.now());
     for (const line of lines) {
       if (line === '') continue;
       try {
-        const entry = JSON.parse(line) as { msg?: string; req_id?: string };
+        const entry = JSON.parse(line) as LogEntry;
         if (entry.msg === 'request' && entry.req_id !== undefined) accessIds.push(entry.req_id);
+        seen.add(entry);
       } catch {
         badLines.push(line);
       }
     }
+    for (const [at, until] of seen.windows()) this.history.add({ t: 'fault', kind: 'redis-seen', at, until, inst: this.index });
     this.history.add({ t: 'stdout', inst: this.index, gen, clean, badLines, accessIds });
   }
 
@@ -207,6 +210,61 @@ export class Instance {
 
   hup(): void {
     this.child?.kill('SIGHUP');
+  }
+}
+
+interface LogEntry {
+  msg?: string;
+  req_id?: string;
+  time?: number;
+  level?: number;
+  dependency?: string;
+  interval_ms?: number;
+  cool_down_ms?: number;
+}
+
+/**
+ * When a perch process saw Redis fail, from its own warnings: a loaded machine makes Redis miss
+ * `command_timeout_ms` with no fault injected (seed 5: both instances' breakers opened in a
+ * burst of 64 at a time, and their memory buckets answered for 1.4 s). What perch promises
+ * across an outage applies then too; the invariants learn of such outages here, merged into
+ * windows in the fleet's time (`offset`: the log's epoch ms less the fleet's clock).
+ */
+class RedisSeen {
+  readonly #offset: number;
+  readonly #spans: [number, number][] = [];
+  /** Breakers open, by dependency: since when. */
+  readonly #open = new Map<string, number>();
+
+  constructor(offset: number) {
+    this.#offset = offset;
+  }
+
+  add(entry: LogEntry): void {
+    if (entry.time === undefined || (entry.level ?? 0) < 30) return;
+    const at = entry.time - this.#offset;
+    const dependency = entry.dependency ?? '';
+    if (entry.msg === 'circuit breaker open: skipping dependency' && /redis/i.test(dependency)) this.#open.set(dependency, at);
+    else if (entry.msg === 'circuit breaker closed: dependency is back' && this.#open.has(dependency)) {
+      this.#spans.push([this.#open.get(dependency)!, at]);
+      this.#open.delete(dependency);
+    } else if ((entry.level ?? 0) >= 40 && /redis/i.test(`${entry.msg ?? ''} ${dependency}`)) {
+      // A failure is logged when it is seen, a command timeout after it; a summary spans its interval.
+      this.#spans.push([at - (entry.interval_ms ?? 1000), at]);
+    }
+  }
+
+  /** The spans, with breakers still open at the end running to it, merged where they touch. */
+  windows(): [number, number][] {
+    const end = Math.max(0, ...this.#spans.map(([, until]) => until), ...this.#open.values());
+    const spans = [...this.#spans, ...[...this.#open.values()].map((from): [number, number] => [from, end + 2000])].sort((a, b) => a[0] - b[0]);
+    const merged: [number, number][] = [];
+    for (const [from, until] of spans) {
+      const last = merged[merged.length - 1];
+      if (last !== undefined && from <= last[1]) last[1] = Math.max(last[1], until);
+      else merged.push([from, until]);
+    }
+    return merged;
   }
 }
 

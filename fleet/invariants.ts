@@ -52,6 +52,15 @@ export function redisTrouble(h: History, from: number, to: number): FaultEvent[]
   return faults;
 }
 
+/**
+ * Redis faults touching [from, to] as `redisTrouble` has them, and the outages an instance's own
+ * log reported (`redis-seen`: a loaded machine makes Redis time out with no fault injected),
+ * within half a second for the log's clock.
+ */
+export function limiterTrouble(h: History, from: number, to: number): FaultEvent[] {
+  return [...redisTrouble(h, from, to), ...h.faults.filter((f) => f.kind === 'redis-seen' && f.at <= to + 500 && f.until + 500 >= from)];
+}
+
 /** Every fault touching [from, to], and the fleet's start: a limiter's state may be anyone's then. */
 function anyTrouble(h: History, from: number, to: number): FaultEvent[] {
   return [...redisTrouble(h, from, to), ...h.faults.filter((f) => !REDIS_FAULTS.has(f.kind) && f.at <= to && f.until + SETTLE_MS >= from)];
@@ -275,23 +284,37 @@ function outageAllowance(h: History, plan: Plan, all: readonly RequestEvent[], t
 }
 
 /**
+ * What the fleet may hold on lease at `at`, all of which a client may spend beyond the bucket
+ * (docs/rate-limits.md, leases): the bucket never holds more than its capacity, so what a window
+ * can spend is the capacity, the refill, and what was on lease when it began. Leases follow
+ * demand: a process takes its next lease (at most twice the last) only once three quarters of
+ * the last are spent, and every lease lives a second, so what it holds is at most about three
+ * times what it was answered in the two seconds before (and a lease of a token or two at first);
+ * and never more than two leases per process (the lease allowance).
+ */
+function onLease(h: History, plan: Plan, admitted: readonly RequestEvent[], at: number): number {
+  if (plan.capacity < 20) return 0;
+  const recent = admitted.filter((r) => r.done > at - 2000 && r.sent < at).length;
+  return Math.min(leaseAllowance(plan, leasers(h)), 3 * recent + 4 * leasers(h));
+}
+
+/**
  * docs/rate-limits.md: the fleet never spends more tokens than the bucket gave. Each request was
  * admitted somewhere between its sending and its answer, so a run of admissions i..j is held to
  * the plan over the widest interval they may have taken, [sent_i, max done]: the client's send
  * times alone make an interval too short by the requests' own trip. On top of the plan, the
- * allowances the docs state: with leases, a second of refill (tokens on lease while a full
- * bucket refilled); across a Redis fault or an instance (re)start, what the memory buckets may
- * hand out (`outageAllowance`).
+ * allowances the docs state: with leases, what was on lease as the window began (`onLease`);
+ * across a Redis fault or an instance (re)start, what the memory buckets may hand out
+ * (`outageAllowance`).
  */
 export const rateLimitUpper: Invariant = {
   name: 'rateLimitUpper',
-  bound: 'per key, requests admitted in any interval dt <= capacity + refill_per_second x dt (+1 for the edges), + a second of refill with leases (plans of 20 or more); across a Redis fault or an instance (re)start, + what each process may spend from memory: what it last saw left (or a full bucket), with its refill since',
+  bound: 'per key, requests admitted in any interval dt <= capacity + refill_per_second x dt (+1 for the edges), + what was on lease as it began (plans of 20 or more: at most the lease allowance, and about three times what the key was answered in the 2 s before); across a Redis fault, one an instance logged, or an instance (re)start, + what each process may spend from memory: what it last saw left (or a full bucket), with its refill since',
   check: (h) => {
     const out: Violation[] = [];
     for (const [key, all] of requestsByKey(h)) {
       const plan = planOf(h, key);
       if (plan === undefined) continue;
-      const leased = plan.capacity >= 20 ? plan.refill : 0;
       const admitted = all.filter((r) => r.status > 0 && !rateLimited(r));
       for (let i = 0; i < admitted.length; i++) {
         // Each was admitted somewhere between its sending and its answer: the widest interval counts.
@@ -300,16 +323,16 @@ export const rateLimitUpper: Invariant = {
         for (let j = i + Math.floor(plan.capacity); j < admitted.length; j++) {
           last = Math.max(last, admitted[j]!.done);
           const dt = (last - admitted[i]!.sent) / 1000;
-          const planned = plan.capacity + plan.refill * (dt + SLACK_MS / 1000) + 1 + leased;
+          const planned = plan.capacity + plan.refill * (dt + SLACK_MS / 1000) + 1;
           if (j - i + 1 <= planned) {
             // The rest cannot close the gap: what the plan allows only grows with j.
             if (planned - (j - i + 1) > admitted.length - 1 - j) break;
             continue;
           }
-          const trouble = redisTrouble(h, admitted[i]!.sent, last);
-          const allowed = planned + outageAllowance(h, plan, all, trouble, admitted[i]!.sent, last);
+          const trouble = limiterTrouble(h, admitted[i]!.sent, last);
+          const allowed = planned + onLease(h, plan, admitted, admitted[i]!.sent) + outageAllowance(h, plan, all, trouble, admitted[i]!.sent, last);
           if (j - i + 1 > allowed) {
-            out.push({ invariant: 'rateLimitUpper', message: `key ${key}: ${j - i + 1} admitted in ${dt.toFixed(3)} s, plan allows ${allowed.toFixed(1)}`, at: admitted[j]!.sent, slice: [...anyTrouble(h, admitted[i]!.sent, last), admitted[i]!, admitted[j]!] });
+            out.push({ invariant: 'rateLimitUpper', message: `key ${key}: ${j - i + 1} admitted in ${dt.toFixed(3)} s, plan allows ${allowed.toFixed(1)}`, at: admitted[j]!.sent, slice: [...new Set([...trouble, ...anyTrouble(h, admitted[i]!.sent, last)]), admitted[i]!, admitted[j]!] });
             i = admitted.length;
             break;
           }

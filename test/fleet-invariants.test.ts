@@ -135,12 +135,19 @@ describe('fleet invariants', () => {
     assert.equal(rateLimitUpper.check(history({ procs: [STARTED], requests: [req(0), req(1), req(2), req(3), limited(4)] })).length, 0);
   });
 
-  it('rateLimitUpper: with leases, a second of refill more; a run held to the plan from its first sending to its last answer', () => {
+  it('rateLimitUpper: with leases, what was on lease as the window began; a run held to the plan from its first sending to its last answer', () => {
     const leased = { run: { plans: { small: { capacity: 100, refill: 10 } } }, procs: [STARTED] };
-    // 100 + 10 x (0.016 + 0.15) + 1 + 10: 112.7.
-    const burst = (n: number) => Array.from({ length: n }, (_, i) => req(i / 10));
-    assert.equal(rateLimitUpper.check(history({ ...leased, requests: burst(112) })).length, 0);
-    assert.equal(rateLimitUpper.check(history({ ...leased, requests: burst(113) })).length, 1);
+    // A key quiet before: a lease or two of a few tokens per process, 4 each: 100 + 10 x (0.016 + 0.15) + 1 + 8: 110.7.
+    const burst = (n: number, from = 0) => Array.from({ length: n }, (_, i) => req(from + i / 10));
+    assert.equal(rateLimitUpper.check(history({ ...leased, requests: burst(110) })).length, 0);
+    assert.equal(rateLimitUpper.check(history({ ...leased, requests: burst(111) })).length, 1);
+    // Busy before (20 answered in the 2 s before the burst), at a refill of 100: three times that, up
+    // to the lease allowance, 2 x 2 x 10: 100 + 100 x (0.0207 + 0.15) + 1 + 40: 158.1.
+    const fast = { run: { plans: { small: { capacity: 100, refill: 100 } } }, procs: [STARTED] };
+    const busy = Array.from({ length: 20 }, (_, i) => req(-1900 + i * 90));
+    assert.equal(rateLimitUpper.check(history({ ...fast, requests: [...busy, ...burst(158)] })).length, 0);
+    assert.equal(rateLimitUpper.check(history({ ...fast, requests: [...busy, ...burst(159)] })).length, 1);
+    assert.equal(rateLimitUpper.check(history({ ...fast, requests: burst(127) })).length, 1, 'quiet before: 126.1');
     // Answers that took a second: the plan's refill over that second counts.
     const slow = (sent: number) => req(sent, { done: sent + 1000 });
     assert.equal(rateLimitUpper.check(history({ procs: [STARTED], requests: [slow(0), slow(1), slow(2), slow(3), slow(4)] })).length, 0);
