@@ -193,7 +193,7 @@ export class Instance {
         badLines.push(line);
       }
     }
-    for (const [at, until] of seen.windows()) this.history.add({ t: 'fault', kind: 'redis-seen', at, until, inst: this.index });
+    for (const [at, until] of seen.windows(this.now())) this.history.add({ t: 'fault', kind: 'redis-seen', at, until, inst: this.index });
     this.history.add({ t: 'stdout', inst: this.index, gen, clean, badLines, accessIds });
   }
 
@@ -217,23 +217,22 @@ interface LogEntry {
   msg?: string;
   req_id?: string;
   time?: number;
-  level?: number;
   dependency?: string;
-  interval_ms?: number;
-  cool_down_ms?: number;
 }
 
 /**
- * When a perch process saw Redis fail, from its own warnings: a loaded machine makes Redis miss
- * `command_timeout_ms` with no fault injected (seed 5: both instances' breakers opened in a
- * burst of 64 at a time, and their memory buckets answered for 1.4 s). What perch promises
- * across an outage applies then too; the invariants learn of such outages here, merged into
- * windows in the fleet's time (`offset`: the log's epoch ms less the fleet's clock).
+ * When a perch process's token buckets answered from memory, from its own log: a loaded machine
+ * makes Redis miss `command_timeout_ms` with no fault injected (seed 5: both instances' breakers
+ * opened in a burst of 64 at a time, and their memory buckets answered for 1.4 s). What perch
+ * promises across an outage applies then too. The buckets fall back while their switch says so
+ * ("rate limits: Redis failed" until "answers again") and while a Redis node's breaker is open
+ * (it is shared by everything on that node); a second before each for the command timeout that
+ * came first. Merged into windows on the fleet's clock (`offset`: the log's epoch ms less it).
  */
 class RedisSeen {
   readonly #offset: number;
   readonly #spans: [number, number][] = [];
-  /** Breakers open, by dependency: since when. */
+  /** Since when each switch or breaker has been open, by what it is. */
   readonly #open = new Map<string, number>();
 
   constructor(offset: number) {
@@ -241,23 +240,29 @@ class RedisSeen {
   }
 
   add(entry: LogEntry): void {
-    if (entry.time === undefined || (entry.level ?? 0) < 30) return;
+    if (entry.time === undefined) return;
     const at = entry.time - this.#offset;
-    const dependency = entry.dependency ?? '';
-    if (entry.msg === 'circuit breaker open: skipping dependency' && /redis/i.test(dependency)) this.#open.set(dependency, at);
-    else if (entry.msg === 'circuit breaker closed: dependency is back' && this.#open.has(dependency)) {
-      this.#spans.push([this.#open.get(dependency)!, at]);
-      this.#open.delete(dependency);
-    } else if ((entry.level ?? 0) >= 40 && /redis/i.test(`${entry.msg ?? ''} ${dependency}`)) {
-      // A failure is logged when it is seen, a command timeout after it; a summary spans its interval.
-      this.#spans.push([at - (entry.interval_ms ?? 1000), at]);
-    }
+    const { msg = '', dependency = '' } = entry;
+    if (msg.startsWith('rate limits: Redis failed')) this.#begin('rate limits', at);
+    else if (msg.startsWith('rate limits: Redis answers again')) this.#end('rate limits', at);
+    else if (msg === 'circuit breaker open: skipping dependency' && /redis/i.test(dependency)) this.#begin(dependency, at);
+    else if (msg === 'circuit breaker closed: dependency is back') this.#end(dependency, at);
   }
 
-  /** The spans, with breakers still open at the end running to it, merged where they touch. */
-  windows(): [number, number][] {
-    const end = Math.max(0, ...this.#spans.map(([, until]) => until), ...this.#open.values());
-    const spans = [...this.#spans, ...[...this.#open.values()].map((from): [number, number] => [from, end + 2000])].sort((a, b) => a[0] - b[0]);
+  #begin(what: string, at: number): void {
+    if (!this.#open.has(what)) this.#open.set(what, at - 1000);
+  }
+
+  #end(what: string, at: number): void {
+    const from = this.#open.get(what);
+    if (from === undefined) return;
+    this.#spans.push([from, at]);
+    this.#open.delete(what);
+  }
+
+  /** The spans, those still open running to `end` (the process's), merged where they touch. */
+  windows(end: number): [number, number][] {
+    const spans = [...this.#spans, ...[...this.#open.values()].map((from): [number, number] => [from, end])].sort((a, b) => a[0] - b[0]);
     const merged: [number, number][] = [];
     for (const [from, until] of spans) {
       const last = merged[merged.length - 1];
