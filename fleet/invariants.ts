@@ -258,8 +258,9 @@ function reported(r: RequestEvent): number | undefined {
  * docs/rate-limits.md ("When Redis fails"): across an outage each instance spends at most what
  * it last saw left (its last answer's `r`, plus a token for the rounding and, with leases, what
  * other instances' give-backs may have added since: the lease allowance), with its refill since;
- * a process that never answered the key starts full. Summed over each fault and each process
- * that answered the key in the window (for a fault of one instance, that instance's processes);
+ * a process that never answered the key starts full. Summed over each Redis fault the nemesis
+ * injected or an instance logged, and each process that answered the key in the window (for a
+ * fault of one instance, that instance's processes);
  * an instance with workers has a memory bucket per worker, whose answers the history does not
  * tell apart: each may have seen the bucket full. A Redis restarted empty starts a full bucket.
  */
@@ -270,6 +271,9 @@ function outageAllowance(h: History, plan: Plan, all: readonly RequestEvent[], t
   const slack = leaseAllowance(plan, leasers(h));
   let extra = 0;
   for (const f of trouble) {
+    // A process (re)starting answers from memory only if its first connection is late, and then
+    // says so itself (`redis-seen`); its start alone hands out nothing more.
+    if (f.kind === 'fleet-start' || f.kind === 'inst-kill' || f.kind === 'inst-term') continue;
     if (f.kind === 'redis-kill') extra += plan.capacity;
     for (const p of procs.values()) {
       if (f.inst !== undefined && f.inst !== p.inst) continue;
