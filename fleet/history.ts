@@ -103,6 +103,7 @@ export interface PurgeEvent {
 
 export interface FaultEvent {
   readonly t: 'fault';
+  /** What the nemesis did, or `redis-seen`: an instance's own log says Redis failed it then. */
   readonly kind: string;
   readonly at: number;
   readonly until: number;

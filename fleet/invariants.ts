@@ -52,6 +52,15 @@ export function redisTrouble(h: History, from: number, to: number): FaultEvent[]
   return faults;
 }
 
+/**
+ * Redis faults touching [from, to] as `redisTrouble` has them, and the outages an instance's own
+ * log reported (`redis-seen`: a loaded machine makes Redis time out with no fault injected),
+ * within half a second for the log's clock.
+ */
+export function limiterTrouble(h: History, from: number, to: number): FaultEvent[] {
+  return [...redisTrouble(h, from, to), ...h.faults.filter((f) => f.kind === 'redis-seen' && f.at <= to + 500 && f.until + 500 >= from)];
+}
+
 /** Every fault touching [from, to], and the fleet's start: a limiter's state may be anyone's then. */
 function anyTrouble(h: History, from: number, to: number): FaultEvent[] {
   return [...redisTrouble(h, from, to), ...h.faults.filter((f) => !REDIS_FAULTS.has(f.kind) && f.at <= to && f.until + SETTLE_MS >= from)];
@@ -277,11 +286,78 @@ function requestsByKey(h: History): Map<string, RequestEvent[]> {
   return byKey;
 }
 
-/** docs/rate-limits.md: the fleet never spends more tokens than the bucket gave. */
+/** Perch processes that lease from one bucket: an instance run with `--workers` has a process per worker. */
+export function leasers(h: History): number {
+  return h.run.instances + Math.max(0, h.run.workers - 1);
+}
+
+/** The whole tokens left an answer's `RateLimit` header reported (`r=`). */
+function reported(r: RequestEvent): number | undefined {
+  const m = /;r=(\d+)/.exec(r.ratelimit ?? '');
+  return m === null ? undefined : Number(m[1]);
+}
+
+/**
+ * What the memory buckets may hand out in [from, to] beyond the shared bucket, by the bound of
+ * docs/rate-limits.md ("When Redis fails"): across an outage each instance spends at most what
+ * it last saw left (its last answer's `r`, plus a token for the rounding and, with leases, what
+ * other instances' give-backs may have added since: the lease allowance), with its refill since;
+ * a process that never answered the key starts full. Summed over each Redis fault the nemesis
+ * injected or an instance logged, and each process that answered the key in the window (for a
+ * fault of one instance, that instance's processes);
+ * an instance with workers has a memory bucket per worker, whose answers the history does not
+ * tell apart: each may have seen the bucket full. A Redis restarted empty starts a full bucket.
+ */
+function outageAllowance(h: History, plan: Plan, all: readonly RequestEvent[], trouble: readonly FaultEvent[], from: number, to: number): number {
+  const dt = (to - from) / 1000;
+  const procs = new Map<string, { inst: number; gen: number }>();
+  for (const r of all) if (r.done >= from && r.sent <= to && r.status > 0) procs.set(`${r.inst}/${r.gen}`, { inst: r.inst, gen: r.gen });
+  const slack = leaseAllowance(plan, leasers(h));
+  let extra = 0;
+  for (const f of trouble) {
+    // A process (re)starting answers from memory only if its first connection is late, and then
+    // says so itself (`redis-seen`); its start alone hands out nothing more.
+    if (f.kind === 'fleet-start' || f.kind === 'inst-kill' || f.kind === 'inst-term') continue;
+    if (f.kind === 'redis-kill') extra += plan.capacity;
+    for (const p of procs.values()) {
+      if (f.inst !== undefined && f.inst !== p.inst) continue;
+      const workers = p.inst === 0 && h.run.workers > 0 ? h.run.workers : 1;
+      const before = all.filter((r) => r.inst === p.inst && r.gen === p.gen && r.done <= f.at && reported(r) !== undefined);
+      const last = before.length > 0 && workers === 1 ? before[before.length - 1]! : undefined;
+      const seen = last === undefined ? plan.capacity : Math.min(plan.capacity, reported(last)! + 1 + slack);
+      extra += workers * (seen + plan.refill * dt);
+    }
+  }
+  return extra;
+}
+
+/**
+ * What the fleet may hold on lease at `at`, all of which a client may spend beyond the bucket
+ * (docs/rate-limits.md, leases): the bucket never holds more than its capacity, so what a window
+ * can spend is the capacity, the refill, and what was on lease when it began. Leases follow
+ * demand: a process takes its next lease (at most twice the last) only once three quarters of
+ * the last are spent, and every lease lives a second, so what it holds is at most about three
+ * times what it was answered in the two seconds before (and a lease of a token or two at first);
+ * and never more than two leases per process (the lease allowance).
+ */
+function onLease(h: History, plan: Plan, admitted: readonly RequestEvent[], at: number): number {
+  if (plan.capacity < 20) return 0;
+  const recent = admitted.filter((r) => r.done > at - 2000 && r.sent < at).length;
+  return Math.min(leaseAllowance(plan, leasers(h)), 3 * recent + 4 * leasers(h));
+}
+
+/**
+ * docs/rate-limits.md: the fleet never spends more tokens than the bucket gave. Each request was
+ * admitted somewhere between its sending and its answer, so a run of admissions i..j is held to
+ * the plan over the widest interval they may have taken, [sent_i, max done]: the client's send
+ * times alone make an interval too short by the requests' own trip. On top of the plan, the
+ * allowances the docs state: with leases, what was on lease as the window began (`onLease`);
+ * across a Redis fault or an instance (re)start, what the memory buckets may hand out
+ * (`outageAllowance`).
+ */
 export const rateLimitUpper: Invariant = {
   name: 'rateLimitUpper',
-  bound: 'per key, requests admitted in any interval dt <= capacity + refill_per_second x dt (+1 for the edges); while Redis is away each instance keeps its own bucket (issue 55)',
-  openIssue: 55,
+  bound: 'per key, requests admitted in any interval dt <= capacity + refill_per_second x dt (+1 for the edges), + what was on lease as it began (plans of 20 or more: at most the lease allowance, and about three times what the key was answered in the 2 s before); across a Redis fault, one an instance logged, or an instance (re)start, + what each process may spend from memory: what it last saw left (or a full bucket), with its refill since',
   check: (h) => {
     const out: Violation[] = [];
     for (const [key, all] of requestsByKey(h)) {
@@ -297,11 +373,16 @@ export const rateLimitUpper: Invariant = {
           last = Math.max(last, admitted[j]!.done);
           const dt = (last - admitted[i]!.sent) / 1000;
           const inForce = planDuring(h, key, admitted[i]!.sent, last) ?? plan;
-          const allowed = inForce.capacity + inForce.refill * (dt + SLACK_MS / 1000) + 1;
-          if (j - i + 1 - allowed > admitted.length - j) break;
+          const planned = inForce.capacity + inForce.refill * (dt + SLACK_MS / 1000) + 1;
+          if (j - i + 1 <= planned) {
+            // The rest cannot close the gap: what the plan allows only grows with j.
+            if (planned - (j - i + 1) > admitted.length - 1 - j) break;
+            continue;
+          }
+          const trouble = limiterTrouble(h, admitted[i]!.sent, last);
+          const allowed = planned + onLease(h, inForce, admitted, admitted[i]!.sent) + outageAllowance(h, inForce, all, trouble, admitted[i]!.sent, last);
           if (j - i + 1 > allowed) {
-            const trouble = anyTrouble(h, admitted[i]!.sent, admitted[j]!.sent);
-            out.push({ invariant: 'rateLimitUpper', message: `key ${key}: ${j - i + 1} admitted in ${dt.toFixed(3)} s, plan allows ${allowed.toFixed(1)}`, at: admitted[j]!.sent, slice: [...trouble, admitted[i]!, admitted[j]!], ...(trouble.length > 0 ? { openIssue: 55 } : {}) });
+            out.push({ invariant: 'rateLimitUpper', message: `key ${key}: ${j - i + 1} admitted in ${dt.toFixed(3)} s, plan allows ${allowed.toFixed(1)}`, at: admitted[j]!.sent, slice: [...new Set([...trouble, ...anyTrouble(h, admitted[i]!.sent, last)]), admitted[i]!, admitted[j]!] });
             i = admitted.length;
             break;
           }
@@ -324,12 +405,17 @@ export function leaseAllowance(plan: Plan, instances: number): number {
  * own model of the bucket (full at its first request, refilled at the plan's rate, one token per
  * request that may have been admitted) must be empty when perch refuses, but for the lease bound
  * of docs/rate-limits.md: refused early only while other instances hold tokens (the allowance),
- * never for more than a second.
+ * never for more than a second. A second that holds each token: a key spending at its refill
+ * keeps its bucket low, so one instance's lease after another holds its last few tokens, and
+ * the refusals run on, each while a different lease is out (seed 15, a plan of {20, 5} at its
+ * refill over 3 instances: refused now and then for 4 s with about 4 tokens on lease, admitted
+ * in between). So the second counts from the first early refusal with no admission since: a
+ * lease that held its tokens longer would keep the client out altogether, or, lost, leave the
+ * model more tokens than the allowance.
  */
 export const underPlanNeverRefused: Invariant = {
   name: 'underPlanNeverRefused',
-  bound: "a refusal by the limiter only when the plan's bucket, replayed from what the key sent, holds < 1.5 tokens + 0.1 s of refill; or, for at most a second, < that + the lease allowance (2 x instances x min(lease, capacity / (2 x instances)), plans of 20 or more)",
-  openIssue: 55,
+  bound: "a refusal by the limiter only when the plan's bucket, replayed from what the key sent, holds < 1.5 tokens + 0.1 s of refill; or, for at most a second with nothing admitted, < that + the lease allowance (2 x n x min(lease, capacity / (2 x n)), n the processes that lease, plans of 20 or more)",
   check: (h) => {
     const out: Violation[] = [];
     for (const [key, all] of requestsByKey(h)) {
@@ -338,7 +424,7 @@ export const underPlanNeverRefused: Invariant = {
       if (plan === undefined) continue;
       // One token, and half a token and a tenth of a second's refill for the clocks (ours, Redis TIME).
       const base = 1.5 + plan.refill * 0.1;
-      const allowance = leaseAllowance(plan, h.run.instances);
+      const allowance = leaseAllowance(plan, leasers(h));
       let tokens = plan.capacity;
       let last = all[0]?.sent ?? 0;
       let earlySince: number | undefined;
@@ -351,6 +437,8 @@ export const underPlanNeverRefused: Invariant = {
         last = r.sent;
         if (!rateLimited(r)) {
           if (r.status === 200 || r.status === 304) accepted = true;
+          // Answered, so admitted: the early refusals before it were not one stretch.
+          if (r.status > 0) earlySince = undefined;
           tokens -= 1;
           continue;
         }
@@ -364,8 +452,7 @@ export const underPlanNeverRefused: Invariant = {
         const why = left >= base + allowance ? `allowance ${allowance.toFixed(1)}` : r.sent - earlySince > 1000 ? `refused early since t=${Math.round(earlySince)}, more than a second` : undefined;
         if (why === undefined) continue;
         const trouble = anyTrouble(h, r.sent - 10_000, r.sent);
-        const open = plan.capacity >= 20 || trouble.length > 0;
-        out.push({ invariant: 'underPlanNeverRefused', message: `key ${key} refused at t=${Math.round(r.sent)} with ${left.toFixed(1)} tokens left in its plan (${why})`, at: r.sent, slice: [...trouble, ...all.filter((o) => o.sent <= r.sent).slice(-5)], ...(open ? { openIssue: 55 } : {}) });
+        out.push({ invariant: 'underPlanNeverRefused', message: `key ${key} refused at t=${Math.round(r.sent)} with ${left.toFixed(1)} tokens left in its plan (${why})`, at: r.sent, slice: [...trouble, ...all.filter((o) => o.sent <= r.sent).slice(-5)] });
         break;
       }
     }

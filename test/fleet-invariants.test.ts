@@ -181,6 +181,39 @@ describe('fleet invariants', () => {
     assert.equal(rateLimitUpper.check(history({ procs: [STARTED], requests: [req(0), req(1), req(2), req(3), limited(4)] })).length, 0);
   });
 
+  it('rateLimitUpper: with leases, what was on lease as the window began; a run held to the plan from its first sending to its last answer', () => {
+    const leased = { run: { plans: { small: { capacity: 100, refill: 10 } } }, procs: [STARTED] };
+    // A key quiet before: a lease or two of a few tokens per process, 4 each: 100 + 10 x (0.016 + 0.15) + 1 + 8: 110.7.
+    const burst = (n: number, from = 0) => Array.from({ length: n }, (_, i) => req(from + i / 10));
+    assert.equal(rateLimitUpper.check(history({ ...leased, requests: burst(110) })).length, 0);
+    assert.equal(rateLimitUpper.check(history({ ...leased, requests: burst(111) })).length, 1);
+    // Busy before (20 answered in the 2 s before the burst), at a refill of 100: three times that, up
+    // to the lease allowance, 2 x 2 x 10: 100 + 100 x (0.0207 + 0.15) + 1 + 40: 158.1.
+    const fast = { run: { plans: { small: { capacity: 100, refill: 100 } } }, procs: [STARTED] };
+    const busy = Array.from({ length: 20 }, (_, i) => req(-1900 + i * 90));
+    assert.equal(rateLimitUpper.check(history({ ...fast, requests: [...busy, ...burst(158)] })).length, 0);
+    assert.equal(rateLimitUpper.check(history({ ...fast, requests: [...busy, ...burst(159)] })).length, 1);
+    assert.equal(rateLimitUpper.check(history({ ...fast, requests: burst(127) })).length, 1, 'quiet before: 126.1');
+    // Answers that took a second: the plan's refill over that second counts.
+    const slow = (sent: number) => req(sent, { done: sent + 1000 });
+    assert.equal(rateLimitUpper.check(history({ procs: [STARTED], requests: [slow(0), slow(1), slow(2), slow(3), slow(4)] })).length, 0);
+  });
+
+  it('rateLimitUpper: across a Redis fault, each process spends what it last saw left, or a full bucket if it saw nothing', () => {
+    const freeze: FaultEvent = { t: 'fault', kind: 'redis-freeze', at: 1000, until: 2000 };
+    const seen = (sent: number, r: number) => req(sent, { ratelimit: `"small";r=${r};t=3` });
+    const before = [seen(0, 2), seen(1, 1), seen(2, 0), seen(3, 0)];
+    const during = (n: number, inst: number) => Array.from({ length: n }, (_, i) => req(1000 + i, { inst }));
+    // Capacity 3 + 1/s over 1.005 s, + 1 + its 0.15 s: 5.2; instance 0 saw 0 left: + 1 + 1.0 of refill.
+    assert.equal(rateLimitUpper.check(history({ procs: [STARTED], faults: [freeze], requests: [...before, ...during(2, 0)] })).length, 0);
+    assert.equal(rateLimitUpper.check(history({ procs: [STARTED], faults: [freeze], requests: [...before, ...during(4, 0)] })).length, 1, 'a memory bucket that started full');
+    // Instance 1 never answered the key: its memory bucket starts full, 3 + 1.0.
+    assert.equal(rateLimitUpper.check(history({ procs: [STARTED], faults: [freeze], requests: [...before, ...during(4, 1)] })).length, 0);
+    assert.equal(rateLimitUpper.check(history({ procs: [STARTED], faults: [freeze], requests: [...before, ...during(8, 1)] })).length, 1);
+    // Without the fault, the plan alone.
+    assert.equal(rateLimitUpper.check(history({ procs: [STARTED], requests: [...before, ...during(2, 0)] })).length, 1);
+  });
+
   it('underPlanNeverRefused: a refusal with the bucket empty passes, one with tokens left is caught', () => {
     assert.equal(underPlanNeverRefused.check(history({ procs: [STARTED], requests: [req(0), req(1), req(2), limited(3)] })).length, 0);
     assert.equal(underPlanNeverRefused.check(history({ procs: [STARTED], requests: [req(0), limited(3)] })).length, 1);
@@ -201,6 +234,10 @@ describe('fleet invariants', () => {
     assert.equal(underPlanNeverRefused.check(history({ ...big, requests: [...spent, limited(100), limited(900)] })).length, 0);
     assert.equal(underPlanNeverRefused.check(history({ ...big, requests: [...spent, limited(100), limited(1200)] })).length, 1);
     assert.equal(underPlanNeverRefused.check(history({ ...big, requests: [...spent.slice(0, 50), limited(100)] })).length, 1);
+    // An admission between: each refusal while a different lease was out, not one stretch.
+    assert.equal(underPlanNeverRefused.check(history({ ...big, requests: [...spent, limited(100), req(600), limited(1200), req(1700), limited(2200)] })).length, 0);
+    // The processes that lease: an instance with workers counts one per worker (2 + 1: 2 x 3 x 10 = 60).
+    assert.equal(underPlanNeverRefused.check(history({ ...big, run: { ...big.run, workers: 2 }, requests: [...spent.slice(0, 50), limited(100)] })).length, 0);
   });
 
   it('leaseAllowance: nothing under 20 tokens, two leases per instance above', () => {

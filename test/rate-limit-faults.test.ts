@@ -254,6 +254,34 @@ test('what an instance allowed from memory is taken off the shared bucket once R
   assert.equal(allowed, 700);
 });
 
+test('what memory allowed while its bucket refilled to full is not owed: a client under its refill across an outage keeps its bucket', { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const proxy = await startTcpProxy(t, redis.port);
+  // Under 20 tokens: no leases, every request asks Redis, and memory answers for A while it is cut off.
+  const plan = '{ capacity: 15, refill_per_second: 5 }';
+  proxy.cut();
+  const a = await startPerch(t, yamlFor(proxy, upstream.url, plan, 100));
+  const b = await startPerch(t, yamlFor(redis, upstream.url, plan));
+  assert.equal(await sequential(a, 10), 10);
+  // 10 tokens at 5 a second: A's memory bucket, and the plan's, are full again after 2 s.
+  await sleep(3000);
+  proxy.restore();
+  await waitFor(async () => {
+    await get(a.url, OTHER_KEY);
+    return a.logs.text().includes('rate limits: Redis answers again');
+  }, 10_000);
+  // Settled: the key's bucket was written (the owed tokens charged, if any were still owed).
+  const client = inspector(t, redis);
+  await waitFor(async () => (await client.hget('perch:rl:alpha', 'tokens')) !== null, 3000).catch(() => {});
+  const answers = await Promise.all(Array.from({ length: 20 }, () => get(b.url)));
+  const allowed = answers.filter((s) => s === 200).length;
+  t.diagnostic(`a burst right after Redis came back: ${allowed} of 20 allowed on a plan of 15`);
+  // The plan is full: 15, and what refilled while the burst ran; charging the 10 would leave about 5.
+  assert.ok(allowed >= 14, `${allowed} allowed`);
+  assert.ok(allowed <= 17, `${allowed} allowed`);
+});
+
 test('the memory fallback carries on from the bucket as Redis last reported it, not from a full one', { timeout: 60_000 }, async (t) => {
   const redis = await startRedis(t);
   onCleanup(t, () => redis.thaw());

@@ -1,7 +1,14 @@
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { Redis } from 'ioredis';
+import { InsuredLimiter } from '../src/ratelimit/insured-limiter.js';
+import { LeasedLimiter } from '../src/ratelimit/leased-limiter.js';
+import { MemoryLimiter } from '../src/ratelimit/memory-limiter.js';
+import { RedisLimiter } from '../src/ratelimit/redis-limiter.js';
+import { compilePlan } from '../src/ratelimit/token-bucket.js';
+import { NodeBreakers } from '../src/redis/node-breakers.js';
 import { ManualClock } from './helpers/clock.js';
+import { captureLogs } from './helpers/log-capture.js';
 import { startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
 import { withPlan } from './helpers/plans.js';
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
@@ -140,4 +147,31 @@ test('Redis frozen: every request still answers quickly, decided by the insuranc
     assert.ok(status === 200 || status === 429, `status ${status}`);
     return breakerLog('circuit breaker closed: dependency is back');
   }, 10_000);
+});
+
+test('a breaker opened by others on the node (the cache tier) logs the buckets falling back to memory, and back', async (t) => {
+  const redis = await startRedis(t);
+  const client = new Redis(redis.url);
+  onCleanup(t, () => client.disconnect());
+  const clock = new ManualClock();
+  const logs = captureLogs();
+  const breakers = new NodeBreakers(client, { clock, logger: logs.logger, name: 'redis cache' });
+  const memory = new MemoryLimiter(clock, { insurance: true });
+  const leased = new LeasedLimiter(new RedisLimiter(client, { prefix: 'perch:', commandTimeoutMs: 2000, insurance: memory }), { clock, timers: clock, breakers });
+  const limiter = new InsuredLimiter(leased, memory, breakers, logs.logger);
+  const plan = compilePlan('small', { capacity: 5, refill_per_second: 1, cost_of_hit: 1, provider_weight: 1 }, { dialects: ['ietf'], clock });
+  assert.equal((await limiter.take('alpha', plan, 1)).allowed, true);
+  // Five failures of the cache tier on the same node open the breaker the buckets ask too.
+  const breaker = breakers.for(leased.redisKey('alpha'));
+  for (let i = 0; i < 5; i++) breaker.failure();
+  const switches = () => logs.lines().filter((l) => String(l.msg).startsWith('rate limits:')).map((l) => [l.level, l.msg, l.reason]);
+  const fromMemory = limiter.take('alpha', plan, 1);
+  assert.ok(!(fromMemory instanceof Promise), 'answered by memory at once');
+  assert.equal(fromMemory.tokens, 3);
+  assert.deepEqual(switches(), [[40, 'rate limits: Redis failed, falling back to per-instance memory buckets', 'circuit breaker open']]);
+  limiter.take('alpha', plan, 1);
+  assert.equal(switches().length, 1, 'once per change');
+  clock.advance(2000);
+  await limiter.take('alpha', plan, 1);
+  assert.deepEqual(switches()[1], [30, 'rate limits: Redis answers again, buckets are shared again', undefined]);
 });

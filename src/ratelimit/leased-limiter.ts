@@ -94,10 +94,10 @@ interface KeyLeases {
  * reserve that it had not spent: less than a lease per key.
  *
  * Bounds, with `n` instances leasing from one bucket of capacity `C` refilling `r` a second:
- * - overspend: every token is spent within `LEASE_LIFE_MS` of leaving the bucket, and a give-back
- *   is clipped at capacity, so the only tokens beyond the plan are those on lease while a full
- *   bucket refilled: in any window a client gets at most `r` (a second of refill) requests more
- *   than its plan allows, fleet-wide, whatever `n`;
+ * - overspend: the bucket never holds more than `C` (refill and give-backs are clipped), so in
+ *   any window a client gets at most what was on lease as it began more than its plan allows:
+ *   tokens the bucket refilled for while they were out. Not only a second of refill: a lease that
+ *   lapses after another lease drew a full bucket below `C` comes back unclipped;
  * - early refusal: a request is refused while other instances hold tokens it could have had. An
  *   instance holds at most two leases (the one it spends and the one taken ahead), each at most
  *   `min(plan.lease, C / (2 n))`, so the others hold at most `(n - 1) / n` of `C`, and hold no

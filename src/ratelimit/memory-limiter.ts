@@ -16,6 +16,20 @@ interface InsuranceState extends BucketState {
   owed?: number;
 }
 
+/**
+ * What a bucket still owes once it has refilled to `refilled` tokens: no more than the room left
+ * in it. Tokens spent here while the bucket refilled to its capacity were made up by that refill:
+ * the shared bucket, had it been asked, would be full again too, so charging them later would
+ * take tokens the client never had (a client under its refill across an outage lost its whole
+ * spend from its next burst). What the room clips is exact for this instance's own spending; a
+ * shared bucket that others kept lower gets less back than it would have, at most the refill
+ * over the outage, within the documented bound of what each instance may spend across one.
+ * A credit (negative: leased tokens not given back) is clipped at capacity by the script instead.
+ */
+function owedAfterRefill(owed: number, plan: Plan, refilled: number): number {
+  return owed > 0 ? Math.min(owed, Math.max(0, plan.capacity - refilled)) : owed;
+}
+
 export class MemoryLimiter implements BucketLimiter {
   readonly #clock: Clock;
   readonly #buckets = new LRUCache<string, InsuranceState>({ max: MAX_BUCKETS });
@@ -38,6 +52,7 @@ export class MemoryLimiter implements BucketLimiter {
     if (owed !== 0) this.#debtors.set(keyId, plan);
     if (state === undefined) this.#buckets.set(keyId, owed === 0 ? { tokens: next.tokens, at: next.at } : { tokens: next.tokens, at: next.at, owed });
     else {
+      if (state.owed !== undefined) state.owed = owedAfterRefill(state.owed, plan, next.tokens + (next.allowed ? cost : 0));
       state.tokens = next.tokens;
       state.at = next.at;
       if (owed !== 0) state.owed = (state.owed ?? 0) + owed;
@@ -55,8 +70,12 @@ export class MemoryLimiter implements BucketLimiter {
    * not yet taken off the shared bucket; the caller sends them with its next call, and gives
    * them back here (`unclaim`) if that call fails. An evicted bucket forgets what it was owed.
    */
-  claim(keyId: string): number {
+  claim(keyId: string, plan: Plan): number {
     const state = this.#buckets.peek(keyId);
+    if (state?.owed !== undefined) {
+      const elapsed = Math.max(0, this.#clock.now() - state.at);
+      state.owed = owedAfterRefill(state.owed, plan, Math.min(plan.capacity, state.tokens + (elapsed * plan.refillPerSecond) / 1000));
+    }
     const owed = state?.owed ?? 0;
     if (owed !== 0) state!.owed = 0;
     this.#debtors.delete(keyId);

@@ -246,8 +246,8 @@ interface WithTakeCommand {
 export interface Insurance {
   /** What Redis reported of a bucket: each answer's tokens, for the memory bucket to start from. */
   seed(keyId: string, plan: Plan, tokens: number): void;
-  /** Tokens allowed in memory while Redis did not answer: taken off the shared bucket by the next call. */
-  claim(keyId: string): number;
+  /** Tokens allowed in memory while Redis did not answer, less what the bucket refilled past: taken off the shared bucket by the next call. */
+  claim(keyId: string, plan: Plan): number;
   /** A claim whose call failed: still owed. */
   unclaim(keyId: string, plan: Plan, tokens: number): void;
   /** The keys with a claim or a credit, to settle once Redis answers again. */
@@ -354,7 +354,7 @@ export class RedisLimiter implements BucketLimiter {
     if (!this.#everReady && !this.#connectionFailed) await this.#awaitFirstConnection();
     const perMs = String(plan.refillPerSecond / 1000);
     // What memory allowed while Redis failed goes with a call Redis runs at most once: one with a deadline.
-    const owed = deadline ? (this.#insurance?.claim(keyId) ?? 0) : 0;
+    const owed = deadline ? (this.#insurance?.claim(keyId, plan) ?? 0) : 0;
     const recorded = deadline && instance !== '';
     const clearing = recorded && this.#clearNext.has(keyId);
     if (clearing) clear = '1';
