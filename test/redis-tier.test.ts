@@ -205,3 +205,22 @@ test('a lease left by a crashed holder delays a miss only until it expires', asy
   assert.ok(r.ms >= 250 && r.ms < 3000, `waited ${r.ms} ms`);
   assert.equal(upstream.requests.length, 1);
 });
+
+test('a miss that waited on another instance\'s lease has only the rest of its miss_deadline_ms once the lease is freed', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedis(t);
+  // The provider never answers: each call ends at its timeout.
+  const upstream = await startUpstream(t, () => undefined);
+  const main = v1('main', upstream.url, 'timeout_ms: 2000, retries: 0');
+  const yaml = testConfig(main, redisYaml(redis)).replace('port: 0 }', 'port: 0, miss_deadline_ms: 3000 }');
+  const a = await startPerch(t, yaml);
+  const b = await startPerch(t, yaml);
+  await waitFor(() => a.cache.redisConnected === true && b.cache.redisConnected === true);
+  const leader = a.request('/v1/users/1');
+  await waitFor(() => upstream.requests.length === 1);
+  // B waits on A's lease until A's call times out (2 s), then has about 1 s of its 3 s left.
+  const follower = await timed(b, '/v1/users/1');
+  assert.equal((await leader).status, 504);
+  assert.equal(follower.status, 504);
+  assert.equal(upstream.requests.length, 2);
+  assert.ok(follower.ms < 3000 + 400, `answered after ${Math.round(follower.ms)} ms, miss_deadline_ms 3000`);
+});

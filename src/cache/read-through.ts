@@ -359,13 +359,16 @@ export class ReadThrough {
     // Nothing of this endpoint is stored (TTL 0): no other instance can be spared a call, so none
     // waits on this one's lease.
     const leased = sharedFlights !== undefined && config.cache.ttl_seconds[request.endpoint] > 0;
-    const claim = leased ? await sharedFlights.claim(request.path, stamp, config.server.miss_deadline_ms) : undefined;
+    // The miss's deadline runs from here: time spent waiting on another instance's lease is time
+    // the client waited too, so a lease freed without an answer leaves this one only the rest.
+    const deadline = performance.now() + config.server.miss_deadline_ms;
+    const claim = leased ? await sharedFlights.claim(request.path, stamp, config.server.miss_deadline_ms, deadline) : undefined;
     if (claim?.kind === 'entry') return { status: claim.entry.status, body: claim.entry.body, entry: claim.entry, stored: false, viaRedis: true };
     if (claim?.kind === 'answer') return { status: claim.status, body: claim.body, stored: false, viaRedis: true };
     let settled: Promise<void> | undefined;
     let unstored404: Buffer | undefined;
     try {
-      const fetched = await this.#fetchUpstream(request, payer, trace, client, previous, false, stamp);
+      const fetched = await this.#fetchUpstream(request, payer, trace, client, previous, false, stamp, deadline);
       settled = fetched.settled;
       // A provider's 404 nothing stores (`not_found: 0`), for this path: the waiting instances
       // take it rather than asking again one after another. Never a pass-through key's verdict.
@@ -384,14 +387,14 @@ export class ReadThrough {
    * `verifying`: pass-through auth, the call verifies `client`'s key (upstream-verifier.ts); what
    * the provider answers it about the key is no sign of the provider's health (verdict.ts).
    */
-  async #fetchUpstream(request: EndpointRequest, payer: Payer, trace: TraceSpan | undefined, client?: PassThroughClient, previous?: CacheEntry, verifying = false, since?: Stamp): Promise<Fetched> {
+  async #fetchUpstream(request: EndpointRequest, payer: Payer, trace: TraceSpan | undefined, client?: PassThroughClient, previous?: CacheEntry, verifying = false, since?: Stamp, deadline?: number): Promise<Fetched> {
     const { cache, clock, logger } = this.#deps;
     const { config, upstreams, verifier } = this.#deps.live.current;
     const ttl = config.cache.ttl_seconds;
     // Before the fetch: a purge observed while it runs must keep its response out of the cache.
     const stamp = since ?? cache.generations.stamp(request.path);
     const clientKey = client && { id: client.id, key: client.key, ...(verifying ? { verifying } : {}) };
-    const { result, upstream, ms, called, payerRefused } = await upstreams.fetch(request, clientKey, payer, trace);
+    const { result, upstream, ms, called, payerRefused } = await upstreams.fetch(request, clientKey, payer, trace, deadline);
     const via = { upstream, upstreamMs: ms, called, ...(result.batched === undefined ? {} : { batch: result.batched.size }) };
     // A rejection reaches the fleet before its 401 reaches the client (upstream-verifier.ts).
     const told = client === undefined ? undefined : verifier?.judge(client, request.endpoint, result);

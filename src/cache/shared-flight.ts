@@ -67,12 +67,13 @@ export class SharedFlights {
    * generation: once a purge is applied, a new flight takes a lease of its own at once instead
    * of waiting on one begun before the purge, whose answer will not be stored.
    * `deadlineMs`: how long the leader may work on the miss (`server.miss_deadline_ms`).
+   * `until`: the caller's own deadline (on `performance.now()`), past which it waits no more.
    */
-  async claim(key: string, generation: Generation, deadlineMs: number): Promise<Claim> {
+  async claim(key: string, generation: Generation, deadlineMs: number, until = Infinity): Promise<Claim> {
     const leaseMs = deadlineMs + LEASE_MARGIN_MS;
     const lockKey = `${this.#prefix}lock:${generation.all}.${generation.scope}:${key}`;
     const token = randomUUID();
-    const deadline = performance.now() + leaseMs + POLL_MS;
+    const deadline = Math.min(performance.now() + leaseMs + POLL_MS, until);
     for (let attempt = 0; ; attempt++) {
       const release = (unstored404?: Buffer) => this.#release(lockKey, token, unstored404);
       // The holder's value comes back when the lease is taken, null when it was free and is ours.

@@ -29,7 +29,7 @@ const server = obj(
     request_timeout_ms: ms(30_000, 'bound on receiving a whole request; at least `headers_timeout_ms`'),
     miss_deadline_ms: ms(
       10_000,
-      "bound on everything a miss waits for upstream: the call cap's queue, retries and their backoff, failover along the route (1-3600000); also how long other instances wait on its fetch",
+      "bound on everything a miss waits for upstream: another instance's fetch of it, the call cap's queue, retries and their backoff, failover along the route (1-3600000)",
     ),
     keep_alive_timeout_ms: ms(5000, 'how long an idle keep-alive connection stays open'),
     max_header_bytes: int({

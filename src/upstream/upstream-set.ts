@@ -80,10 +80,11 @@ export class UpstreamSet {
    * `whoAmI` only the route's first upstream is asked (`tellsUserContext`).
    * `payer`: the client key whose miss this is, for a fair share of the call cap.
    * `trace`: the request's span, the parent of the spans the layers make.
+   * `deadline`: when the miss began waiting for anything (another instance's flight, say), plus
+   * `miss_deadline_ms`; from now when absent.
    */
-  async fetch(request: EndpointRequest, clientKey?: Attempt['clientKey'], payer?: Attempt['payer'], trace?: Attempt['trace']): Promise<RoutedResult> {
+  async fetch(request: EndpointRequest, clientKey?: Attempt['clientKey'], payer?: Attempt['payer'], trace?: Attempt['trace'], deadline = performance.now() + this.#deadlineMs): Promise<RoutedResult> {
     this.#inFlight++;
-    const deadline = performance.now() + this.#deadlineMs;
     try {
       const route = clientKey?.whoAmI === true ? this.#routes[request.endpoint].slice(0, 1) : this.#routes[request.endpoint];
       let decided: RoutedResult | undefined;
