@@ -89,11 +89,6 @@ export function capsDuring(h: History, u: 'v1' | 'x', from: number, to: number, 
   };
 }
 
-/** The open issue a provider-side violation falls under: 56 with a Redis fault or an instance (re)start near. */
-function providerIssue(trouble: readonly FaultEvent[]): { openIssue?: number } {
-  return trouble.length > 0 ? { openIssue: 56 } : {};
-}
-
 /** Faults that take Redis from every instance at once. */
 const FLEET_OUTAGES = new Set(['redis-kill', 'redis-freeze']);
 /**
@@ -200,11 +195,10 @@ export const providerQuota: Invariant = {
   check: (h) => windowCheck(h, 'providerQuota', (c) => c.quota.perSeconds * 1000, (c) => c.quota.requests, 'quota'),
 };
 
-/** docs/configuration.md `max_concurrent`: calls in flight at once, fleet-wide. */
+/** docs/configuration.md `max_concurrent`: calls in flight at once, fleet-wide; across Redis outages, the outage bound on it. */
 export const providerConcurrency: Invariant = {
   name: 'providerConcurrency',
-  bound: 'calls in flight at the provider at once <= max_concurrent',
-  openIssue: 56,
+  bound: 'calls in flight at the provider at once <= max_concurrent; around Redis faults, the outage bound on it (docs/provider.md), rᵢ the calls each instance had in flight',
   check: (h) => {
     const out: Violation[] = [];
     for (const u of ['v1', 'x'] as const) {
@@ -214,10 +208,12 @@ export const providerConcurrency: Invariant = {
       for (const c of calls) {
         for (let k = active.length - 1; k >= 0; k--) if (active[k]!.end - SLACK_MS <= c.start) active.splice(k, 1);
         active.push(c);
-        const limit = capsDuring(h, u, c.start, c.start)!.maxConcurrent;
+        const caps = capsDuring(h, u, c.start, c.start)!;
+        // Every call in flight now began within a lease of now: the faults since the first of them.
+        const trouble = outagesAround(h, Math.min(...active.map((a) => a.start)), c.start);
+        const limit = outageBound(h, caps.maxConcurrent, caps.downShare, active, trouble);
         if (active.length > limit) {
-          const trouble = redisTrouble(h, c.start, c.start);
-          out.push({ invariant: 'providerConcurrency', message: `${u}: ${active.length} calls in flight at t=${Math.round(c.start)}, max_concurrent ${limit}`, at: c.start, slice: [...trouble, ...active], ...providerIssue(trouble) });
+          out.push({ invariant: 'providerConcurrency', message: `${u}: ${active.length} calls in flight at t=${Math.round(c.start)}, max_concurrent ${limit}`, at: c.start, slice: [...trouble, ...active] });
           active.length = 0;
         }
       }
@@ -235,8 +231,7 @@ export const providerConcurrency: Invariant = {
  */
 export const providerStops: Invariant = {
   name: 'providerStops',
-  bound: 'no call on a credential within Retry-After of its 429 (cooldown_scope upstream); after its 401, until a reload, at most one 401 on it per perch process started',
-  openIssue: 56,
+  bound: 'no call on a credential within Retry-After of its 429 (cooldown_scope upstream); after its 401, until a reload, at most one 401 on it per perch process started; around a Redis fault or a reload only advisory: a stop reaches the other instances once Redis can carry it, which the history does not tell',
   check: (h) => {
     if (h.run.passThrough) return [];
     const out: Violation[] = [];
@@ -253,9 +248,8 @@ export const providerStops: Invariant = {
         bad = calls.filter((c) => c.cred === stop.cred && c.status === 401 && c.start > stop.end + SLACK_MS && c.start < until)[processes];
       } else continue;
       if (bad === undefined) continue;
-      // Issue 56: stops hold across Redis restarts and reloads.
       const trouble = [...redisTrouble(h, stop.end, bad.start), ...h.faults.filter((f) => f.kind === 'sighup' && f.at >= stop.end && f.at <= bad.start)];
-      out.push({ invariant: 'providerStops', message: `call on ${bad.cred} at t=${Math.round(bad.start)} within the stop of its ${stop.status} at t=${Math.round(stop.end)} (until t=${Math.round(until)})`, at: bad.start, slice: [...trouble, stop, bad], ...(trouble.length > 0 ? { openIssue: 56 } : {}) });
+      out.push({ invariant: 'providerStops', message: `call on ${bad.cred} at t=${Math.round(bad.start)} within the stop of its ${stop.status} at t=${Math.round(stop.end)} (until t=${Math.round(until)})`, at: bad.start, slice: [...trouble, stop, bad], ...(trouble.length > 0 ? { advisory: true as const } : {}) });
     }
     return out;
   },

@@ -128,6 +128,21 @@ describe('fleet invariants', () => {
     assert.equal(providerConcurrency.check(history({ procs: [STARTED], calls: [long(0), long(100), long(200)] })).length, 1);
   });
 
+  it('providerConcurrency: across a Redis outage, the outage bound: an instance with 2 in flight, the other adds its share of 1', () => {
+    const long = (start: number, inst: number) => call(start, { end: start + 1000, inst });
+    const calls = [long(0, 0), long(100, 0), long(300, 1)];
+    assert.equal(providerConcurrency.check(history({ procs: [STARTED], faults: [redisKill(200)], calls })).length, 0);
+    assert.equal(providerConcurrency.check(history({ procs: [STARTED], calls })).length, 1);
+    assert.equal(providerConcurrency.check(history({ procs: [STARTED], faults: [redisKill(200)], calls: [...calls, long(400, 1)] })).length, 1, 'its share is 1');
+  });
+
+  it('providerStops: a call within the stop around a Redis fault is advisory: the stop reaches the others once Redis can carry it', () => {
+    const stop = call(0, { status: 429, retryAfter: 2, end: 10 });
+    const [violation] = providerStops.check(history({ faults: [redisKill(200)], calls: [stop, call(1500)] }));
+    assert.equal(violation?.advisory, true);
+    assert.equal(providerStops.check(history({ calls: [stop, call(1500)] }))[0]?.advisory, undefined);
+  });
+
   it('providerStops: no call on a credential within Retry-After of its 429; the other credential may go on', () => {
     const stop = call(0, { status: 429, retryAfter: 2, end: 10 });
     assert.equal(providerStops.check(history({ calls: [stop, call(500, { cred: 'c2' }), call(2100)] })).length, 0);
