@@ -75,6 +75,32 @@ test('a call the guard refuses is given back to the budget', { timeout: 20_000 }
   assert.equal(await metric(perch, 'perch_upstream_refused_total{upstream="main",route="user",reason="budget_spent"}'), 1);
 });
 
+test('with Redis, a call the guard refuses is given back for good: the next charge does not take it again', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  // The first call is held at the provider until released: the second finds max_concurrent taken.
+  let release = () => {};
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const upstream = await startUpstream(t, (req, res) => void held.then(() => sampleProvider(req, res)));
+  onCleanup(t, () => release());
+  const cap = 'max_concurrent: 1, queue_timeout_ms: 0, timeout_ms: 30000';
+  const yaml = withBudget(v1('main', upstream.url, cap), '{ limit: 2, window: day }', `rate_limits_redis: { url: "${redis.url}", command_timeout_ms: 2000 }`);
+  const perch = await startPerch(t, yaml);
+  const first = perch.request('/v1/users/1');
+  await waitFor(() => upstream.requests.length === 1, 5000);
+  assert.equal((await perch.request('/v1/users/2')).status, 429, 'max_concurrent: no call, no charge');
+  release();
+  assert.equal((await first).status, 200);
+  const inspector = new Redis(redis.url);
+  onCleanup(t, () => inspector.disconnect());
+  const [key] = await inspector.keys('*budget*');
+  await waitFor(async () => (await inspector.get(key!)) === '1', 5000);
+  const second = await perch.request('/v1/users/3');
+  t.diagnostic(`second call of the budget: ${second.status}; Redis count ${await inspector.get(key!)}; provider calls ${upstream.requests.length}`);
+  assert.equal(second.status, 200, 'the second call of the budget');
+  assert.equal((await perch.request('/v1/users/4')).status, 429, 'the budget spent');
+  assert.equal(upstream.requests.length, 2);
+});
+
 test('with Redis the budget is the fleet\'s and outlives a restart', { timeout: 20_000 }, async (t) => {
   const clock = new ManualClock(Date.parse('2026-01-01T10:00:00Z'));
   const redis = await startRedis(t);

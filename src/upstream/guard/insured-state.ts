@@ -421,8 +421,9 @@ export class InsuredProviderState implements ProviderState {
   /**
    * Back to the side that counted it: a call counted in memory and refunded to Redis would give
    * the fleet a call it never spent, and the reverse would give memory one for the next outage
-   * (but for this instance's own charges, which its share counts). A refund Redis cannot take now
-   * is lost, from both, which errs on the provider's side.
+   * (but for this instance's own charges, which its share counts). A refund Redis takes leaves
+   * memory's count too: the next charge raises Redis's count to memory's, and would take the call
+   * back. A refund Redis cannot take now is lost, from both, which errs on the provider's side.
    */
   refund(query: SpendQuery, spent: Spend): void {
     if (spent.charged === 'local') {
@@ -431,7 +432,7 @@ export class InsuredProviderState implements ProviderState {
       const pending = this.#unsent.get(key);
       if (pending !== undefined && --pending.calls <= 0) this.#unsent.delete(key);
     } else if (this.#budget(query).state !== 'open') {
-      this.#memory.disown(query);
+      this.#memory.refund(query);
       this.#redis.refund(query);
     }
   }
