@@ -166,3 +166,24 @@ test('Redis restarted empty after A charged 4 of 5: A back first restores the co
   assert.equal(ok(after), 1);
   assert.equal(upstream.requests.length, LIMIT);
 });
+
+test('share 0.5 of 4, Redis frozen: the 2 refused over the share are no spent budget, the key gets its last 2 once Redis is back', { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const yaml = testConfig(v1('main', upstream.url, 'redis_down_share: 0.5'), `rate_limits_redis: { url: "${redis.url}", command_timeout_ms: 300 }`)
+    .replace(`{ id: alpha, key: "${KEY}", plan: big }`, `{ id: alpha, key: "${KEY}", plan: metered }`)
+    .replace('rate_limits:\n', `rate_limits:\n  metered: { capacity: 100000, refill_per_second: 100000, provider_calls: { limit: 4, window: day } }\n`);
+  const a = await startPerch(t, yaml);
+  const inspector = new Redis(redis.url);
+  onCleanup(t, () => inspector.disconnect());
+  onCleanup(t, () => redis.thaw());
+  redis.freeze();
+  const during = await misses(a, 100, 4);
+  assert.equal(ok(during), 2, 'its share of 4');
+  redis.thaw();
+  await waitFor(async () => (await inspector.get((await inspector.keys('*budget*'))[0] ?? 'none')) === '2', 10_000);
+  const after = await misses(a, 200, 3);
+  t.diagnostic(`while frozen: ${ok(during)}; after: ${after.join(',')}; provider calls: ${upstream.requests.length}`);
+  assert.deepEqual(after, [200, 200, 429]);
+  assert.equal(upstream.requests.length, 4);
+});

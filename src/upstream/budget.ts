@@ -47,6 +47,9 @@ export function createBudget(options: BudgetOptions): Layer {
     const spend = await state.spend(query);
     book?.record(query.keyId, attempt.payer!.label, budget, startMs, spend.allowed ? spend.used : budget.limit);
     if (!spend.allowed) {
+      // Refused short of the limit, the key is over this instance's share while Redis is away:
+      // the window is not spent, and the next call asks again (Redis may be back).
+      if (spend.used < budget.limit) return refuse(attempt.request.endpoint, endMs);
       if (spent.size > 10_000) for (const [key, end] of spent) if (end <= clock.now()) spent.delete(key);
       spent.set(memo, endMs);
       return refuse(attempt.request.endpoint, endMs);
