@@ -1,4 +1,5 @@
 import type { Clock } from '../clock.js';
+import { BREAKER_COOL_DOWN_MS } from '../redis/breaker.js';
 import type { BudgetBook } from './budget-book.js';
 import { budgetWindow } from './budget-window.js';
 import type { UpstreamEvents } from './events.js';
@@ -37,6 +38,12 @@ export function createBudget(options: BudgetOptions): Layer {
     return { kind: 'refused', reason: 'budget_spent', retryAfterSeconds: secondsUntil(endMs, clock.now()) } as const;
   }
 
+  /** Over this instance's share while Redis is away: worth asking again once Redis may answer, not at the window's end. */
+  function refuseForNow(route: Parameters<UpstreamEvents['refused']>[1], endMs: number) {
+    const refused = refuse(route, endMs);
+    return { ...refused, retryAfterSeconds: Math.min(refused.retryAfterSeconds, Math.ceil(BREAKER_COOL_DOWN_MS / 1000)) };
+  }
+
   return (next) => async (attempt) => {
     const budget = attempt.payer?.budget;
     if (budget === undefined || options.charges?.(attempt) === false) return next(attempt);
@@ -49,7 +56,7 @@ export function createBudget(options: BudgetOptions): Layer {
     if (!spend.allowed) {
       // Refused short of the limit, the key is over this instance's share while Redis is away:
       // the window is not spent, and the next call asks again (Redis may be back).
-      if (spend.used < budget.limit) return refuse(attempt.request.endpoint, endMs);
+      if (spend.used < budget.limit) return refuseForNow(attempt.request.endpoint, endMs);
       if (spent.size > 10_000) for (const [key, end] of spent) if (end <= clock.now()) spent.delete(key);
       spent.set(memo, endMs);
       return refuse(attempt.request.endpoint, endMs);
