@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { Redis } from 'ioredis';
 import { onCleanup } from './helpers/cleanup.js';
-import { KEY, OTHER_KEY, startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
+import { KEY, metric, OTHER_KEY, startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
 import { startRedis } from './helpers/redis-server.js';
 import { startTcpProxy } from './helpers/tcp-proxy.js';
 import { sampleProvider, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
@@ -185,8 +185,13 @@ test('share 0.5 of 4, Redis frozen: the 2 refused over the share are no spent bu
   assert.deepEqual([over.status, over.headers.get('retry-after')], [429, '2']);
   redis.thaw();
   await waitFor(async () => (await inspector.get((await inspector.keys('*budget*'))[0] ?? 'none')) === '2', 10_000);
-  const after = await misses(a, 200, 3);
-  t.diagnostic(`while frozen: ${ok(during)}; after: ${after.join(',')}; provider calls: ${upstream.requests.length}`);
+  const remaining = () => metric(a, 'perch_key_provider_budget_remaining{key_id="alpha"}');
+  const third = (await a.request('/v1/users/200')).status;
+  // What the instance shows as left goes on from Redis's count, not from the refusal over the share.
+  const shown = await remaining();
+  const after = [third, ...(await misses(a, 201, 2))];
+  t.diagnostic(`while frozen: ${ok(during)}; after: ${after.join(',')}; shown left after the third: ${shown}; provider calls: ${upstream.requests.length}`);
   assert.deepEqual(after, [200, 200, 429]);
+  assert.equal(shown, 1);
   assert.equal(upstream.requests.length, 4);
 });

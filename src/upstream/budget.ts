@@ -52,11 +52,13 @@ export function createBudget(options: BudgetOptions): Layer {
     if (spent.has(memo)) return refuse(attempt.request.endpoint, endMs);
     const query: SpendQuery = { keyId: attempt.payer!.id, startMs, endMs, limit: budget.limit, ...(options.share === undefined ? {} : { share: options.share }) };
     const spend = await state.spend(query);
-    book?.record(query.keyId, attempt.payer!.label, budget, startMs, spend.allowed ? spend.used : budget.limit);
+    // Refused short of the limit, the key is over this instance's share while Redis is away: the
+    // window is not spent (the book, which never goes back down in a window, keeps the count),
+    // and the next call asks again (Redis may be back).
+    const overShare = !spend.allowed && spend.used < budget.limit;
+    book?.record(query.keyId, attempt.payer!.label, budget, startMs, spend.allowed || overShare ? spend.used : budget.limit);
     if (!spend.allowed) {
-      // Refused short of the limit, the key is over this instance's share while Redis is away:
-      // the window is not spent, and the next call asks again (Redis may be back).
-      if (spend.used < budget.limit) return refuseForNow(attempt.request.endpoint, endMs);
+      if (overShare) return refuseForNow(attempt.request.endpoint, endMs);
       if (spent.size > 10_000) for (const [key, end] of spent) if (end <= clock.now()) spent.delete(key);
       spent.set(memo, endMs);
       return refuse(attempt.request.endpoint, endMs);
