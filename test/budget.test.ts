@@ -75,6 +75,38 @@ test('a call the guard refuses is given back to the budget', { timeout: 20_000 }
   assert.equal(await metric(perch, 'perch_upstream_refused_total{upstream="main",route="user",reason="budget_spent"}'), 1);
 });
 
+/** What alpha's window spent in Redis: its calls charged less those given back. */
+async function spentInRedis(inspector: Redis): Promise<number> {
+  const [charged] = await inspector.keys('perch:budget:{alpha}:*');
+  const [refunded] = await inspector.keys('perch:refunds:{alpha}:*');
+  return Number((charged && (await inspector.get(charged))) ?? 0) - Number((refunded && (await inspector.get(refunded))) ?? 0);
+}
+
+test('with Redis, a call the guard refuses is given back for good: the next charge does not take it again', { timeout: 20_000 }, async (t) => {
+  const redis = await startRedis(t);
+  // The first call is held at the provider until released: the second finds max_concurrent taken.
+  let release = () => {};
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const upstream = await startUpstream(t, (req, res) => void held.then(() => sampleProvider(req, res)));
+  onCleanup(t, () => release());
+  const cap = 'max_concurrent: 1, queue_timeout_ms: 0, timeout_ms: 30000';
+  const yaml = withBudget(v1('main', upstream.url, cap), '{ limit: 2, window: day }', `rate_limits_redis: { url: "${redis.url}", command_timeout_ms: 2000 }`);
+  const perch = await startPerch(t, yaml);
+  const first = perch.request('/v1/users/1');
+  await waitFor(() => upstream.requests.length === 1, 5000);
+  assert.equal((await perch.request('/v1/users/2')).status, 429, 'max_concurrent: no call, no charge');
+  release();
+  assert.equal((await first).status, 200);
+  const inspector = new Redis(redis.url);
+  onCleanup(t, () => inspector.disconnect());
+  await waitFor(async () => (await spentInRedis(inspector)) === 1, 5000);
+  const second = await perch.request('/v1/users/3');
+  t.diagnostic(`second call of the budget: ${second.status}; spent in Redis ${await spentInRedis(inspector)}; provider calls ${upstream.requests.length}`);
+  assert.equal(second.status, 200, 'the second call of the budget');
+  assert.equal((await perch.request('/v1/users/4')).status, 429, 'the budget spent');
+  assert.equal(upstream.requests.length, 2);
+});
+
 test('with Redis the budget is the fleet\'s and outlives a restart', { timeout: 20_000 }, async (t) => {
   const clock = new ManualClock(Date.parse('2026-01-01T10:00:00Z'));
   const redis = await startRedis(t);
@@ -259,4 +291,34 @@ test('the issue\'s scenario: a trial key with its budget spent misses a path whi
     // alpha's own answer: its refusal when it led, the paid call's 200 when it followed one.
     assert.ok([200, 429].includes((await trial).status));
   }
+});
+
+test('with Redis, a call given back on one instance is not taken back by another that saw it charged', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedis(t);
+  let release = () => {};
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const upstream = await startUpstream(t, (req, res) => void held.then(() => sampleProvider(req, res)));
+  onCleanup(t, () => release());
+  const cap = 'max_concurrent: 1, queue_timeout_ms: 1000, timeout_ms: 30000';
+  const yaml = withBudget(v1('main', upstream.url, cap), '{ limit: 3, window: day }', `rate_limits_redis: { url: "${redis.url}", command_timeout_ms: 2000 }`);
+  const a = await startPerch(t, yaml);
+  const b = await startPerch(t, yaml);
+  const inspector = new Redis(redis.url);
+  onCleanup(t, () => inspector.disconnect());
+  const count = () => spentInRedis(inspector);
+  const first = a.request('/v1/users/1');
+  await waitFor(() => upstream.requests.length === 1, 5000);
+  // B's call is charged (2), then waits for the slot; A's next is charged after it (3), A sees 3.
+  const queuedB = b.request('/v1/users/2');
+  await waitFor(async () => (await count()) === 2, 5000);
+  const queuedA = a.request('/v1/users/3');
+  await waitFor(async () => (await count()) === 3, 5000);
+  assert.deepEqual([(await queuedB).status, (await queuedA).status], [429, 429], 'both waited out: no call, no charge');
+  await waitFor(async () => (await count()) === 1, 5000);
+  release();
+  assert.equal((await first).status, 200);
+  const after = [(await a.request('/v1/users/4')).status, (await a.request('/v1/users/5')).status, (await b.request('/v1/users/6')).status];
+  t.diagnostic(`after both refunds: ${after.join(',')}; spent in Redis ${await count()}; provider calls ${upstream.requests.length}`);
+  assert.deepEqual(after, [200, 200, 429]);
+  assert.equal(upstream.requests.length, 3);
 });

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import { Redis } from 'ioredis';
 import { onCleanup } from './helpers/cleanup.js';
-import { KEY, OTHER_KEY, startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
+import { KEY, metric, OTHER_KEY, startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
 import { startRedis } from './helpers/redis-server.js';
 import { startTcpProxy } from './helpers/tcp-proxy.js';
 import { sampleProvider, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
@@ -165,4 +165,33 @@ test('Redis restarted empty after A charged 4 of 5: A back first restores the co
   t.diagnostic(`B after the restart: ${ok(after)}; provider calls in all: ${upstream.requests.length}`);
   assert.equal(ok(after), 1);
   assert.equal(upstream.requests.length, LIMIT);
+});
+
+test('share 0.5 of 4, Redis frozen: the 2 refused over the share are no spent budget, the key gets its last 2 once Redis is back', { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const yaml = testConfig(v1('main', upstream.url, 'redis_down_share: 0.5'), `rate_limits_redis: { url: "${redis.url}", command_timeout_ms: 300 }`)
+    .replace(`{ id: alpha, key: "${KEY}", plan: big }`, `{ id: alpha, key: "${KEY}", plan: metered }`)
+    .replace('rate_limits:\n', `rate_limits:\n  metered: { capacity: 100000, refill_per_second: 100000, provider_calls: { limit: 4, window: day } }\n`);
+  const a = await startPerch(t, yaml);
+  const inspector = new Redis(redis.url);
+  onCleanup(t, () => inspector.disconnect());
+  onCleanup(t, () => redis.thaw());
+  redis.freeze();
+  const during = await misses(a, 100, 3);
+  assert.equal(ok(during), 2, 'its share of 4');
+  const over = await a.request('/v1/users/103');
+  // The window is not spent: worth asking again once Redis may answer, not at the day's end.
+  assert.deepEqual([over.status, over.headers.get('retry-after')], [429, '2']);
+  redis.thaw();
+  await waitFor(async () => (await inspector.get((await inspector.keys('*budget*'))[0] ?? 'none')) === '2', 10_000);
+  const remaining = () => metric(a, 'perch_key_provider_budget_remaining{key_id="alpha"}');
+  const third = (await a.request('/v1/users/200')).status;
+  // What the instance shows as left goes on from Redis's count, not from the refusal over the share.
+  const shown = await remaining();
+  const after = [third, ...(await misses(a, 201, 2))];
+  t.diagnostic(`while frozen: ${ok(during)}; after: ${after.join(',')}; shown left after the third: ${shown}; provider calls: ${upstream.requests.length}`);
+  assert.deepEqual(after, [200, 200, 429]);
+  assert.equal(shown, 1);
+  assert.equal(upstream.requests.length, 4);
 });

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
 import calculateSlot from 'cluster-key-slot';
 import { ManualClock } from './helpers/clock.js';
-import { pollFor, startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
+import { OTHER_KEY, pollFor, startPerch, testConfig, v1, waitFor, type RunningPerch } from './helpers/perch.js';
 import { startRedisCluster, type TestRedisCluster } from './helpers/redis-cluster.js';
 import { sampleProvider, startUpstream, type TestUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
 
@@ -288,4 +288,37 @@ test('cluster: a master killed while it has a replica: perch follows the promoti
   // perch finds the new master by itself: a new key of those slots is stored there.
   await waitFor(async () => exists(replicaPort, await request()), 30_000);
   for (let i = 0; i < 5; i++) assert.ok(await exists(replicaPort, await request()), 'every entry after it, on the new master');
+});
+
+test('cluster: the node of one key\'s bucket dead, the rate limits log falling back once for it, whatever the other nodes answer', { timeout: 60_000 }, async (t) => {
+  const { clock, cluster, upstream } = await setup(t);
+  const masters = cluster.nodes.slice(0, 3);
+  const ranges = await Promise.all(masters.map((node) => slotRanges(cluster, node.port)));
+  const nodeOf = (key: string) => ranges.findIndex((node) => node.some(([from, to]) => calculateSlot(key) >= from && calculateSlot(key) <= to));
+  const victim = nodeOf('perch:rl:alpha');
+  const other = ['bravo', 'charlie', 'delta', 'echo', 'foxtrot', 'golf', 'hotel'].find((id) => nodeOf(`perch:rl:${id}`) !== victim)!;
+  const seeds = cluster.urls.map((url) => `"${url}"`).join(', ');
+  // A bucket small enough that each key asks Redis for a lease again once its last one ends (1 s).
+  const yaml = testConfig(v1('main', upstream.url), `rate_limits_redis: { cluster: [${seeds}], command_timeout_ms: ${DEAD_NODE_COMMAND_TIMEOUT_MS} }`)
+    .replace('id: bravo', `id: ${other}`)
+    .replace('big: { capacity: 100000, refill_per_second: 100000 }', 'big: { capacity: 40, refill_per_second: 0.001 }');
+  const perch = await startPerch(t, yaml, { clock });
+  for (let i = 0; i < 3; i++) {
+    await perch.request(`/v1/users/${i}`);
+    await perch.request(`/v1/users/${i}`, { key: OTHER_KEY });
+  }
+  await masters[victim]!.kill();
+  const statuses: number[] = [];
+  for (let i = 0; i < 10; i++) {
+    statuses.push((await perch.request(`/v1/users/1${i}`)).status);
+    statuses.push((await perch.request(`/v1/users/1${i}`, { key: OTHER_KEY })).status);
+    clock.advance(1100);
+  }
+  const switches = perch.logs.lines().filter((l) => String(l.msg).startsWith('rate limits:'));
+  t.diagnostic(`switch lines for 20 requests: ${switches.length}`);
+  assert.deepEqual(statuses, Array(20).fill(200));
+  assert.deepEqual(
+    switches.map((l) => [l.msg, l.node]),
+    [['rate limits: Redis failed, falling back to per-instance memory buckets', `127.0.0.1:${masters[victim]!.port}`]],
+  );
 });

@@ -1,5 +1,6 @@
 import type { Logger } from '../logging/logger.js';
-import { insured, SwitchLog, type InsuranceHooks } from '../redis/insurance.js';
+import { insured, NodeSwitchLogs, type InsuranceHooks } from '../redis/insurance.js';
+import type { Breaker } from '../redis/breaker.js';
 import type { NodeBreakers } from '../redis/node-breakers.js';
 import type { MemoryLimiter } from './memory-limiter.js';
 import type { LeasedLimiter } from './leased-limiter.js';
@@ -22,24 +23,27 @@ export class InsuredLimiter {
   readonly #redis: LeasedLimiter;
   readonly #insurance: MemoryLimiter;
   readonly #breakers: NodeBreakers;
-  readonly #switches: SwitchLog;
-  /**
-   * The switch hears of a breaker that skipped Redis too: the breaker is the node's, so another
-   * key's failures or the cache tier's on the same node may have opened it, and the buckets are in
-   * memory from then on all the same (seed 5 of the fleet: 1.4 s of them, with no line saying so).
-   */
-  readonly #hooks: InsuranceHooks;
+  /** One switch per node (see NodeSwitchLogs). */
+  readonly #switches: NodeSwitchLogs;
 
   constructor(redis: LeasedLimiter, insurance: MemoryLimiter, breakers: NodeBreakers, logger: Logger) {
     this.#redis = redis;
     this.#insurance = insurance;
     this.#breakers = breakers;
-    this.#switches = new SwitchLog(logger, {
+    this.#switches = new NodeSwitchLogs(logger, {
       down: 'rate limits: Redis failed, falling back to per-instance memory buckets',
       up: 'rate limits: Redis answers again, buckets are shared again',
     });
-    const switches = this.#switches;
-    this.#hooks = {
+  }
+
+  /**
+   * The switch hears of a breaker that skipped Redis too: the breaker is the node's, so another
+   * key's failures or the cache tier's on the same node may have opened it, and the buckets are in
+   * memory from then on all the same (seed 5 of the fleet: 1.4 s of them, with no line saying so).
+   */
+  #hooks(breaker: Breaker): InsuranceHooks {
+    const switches = this.#switches.for(breaker);
+    return {
       failed: (error) => switches.failed(error),
       recovered: () => switches.recovered(),
       skipped: () => switches.failed(new Error('circuit breaker open')),
@@ -55,11 +59,12 @@ export class InsuredLimiter {
     // for it go to memory without telling it again.
     const leasing = this.#redis.leasing(keyId, plan, cost);
     if (leasing !== undefined) return leasing.then((leased) => (leased ? this.take(keyId, plan, cost) : this.#insurance.take(keyId, plan, cost)));
+    const breaker = this.#breakers.for(this.#redis.redisKey(keyId));
     return insured(
-      this.#breakers.for(this.#redis.redisKey(keyId)),
+      breaker,
       () => this.#redis.takeShared(keyId, plan, cost),
       () => this.#insurance.take(keyId, plan, cost),
-      this.#hooks,
+      this.#hooks(breaker),
     );
   }
 

@@ -25,6 +25,8 @@ export interface BreakerOptions {
  * cool-down ends, then a single probe decides whether to close again or stay open.
  */
 export class Breaker {
+  /** The Redis Cluster node it guards; undefined for a whole Redis. */
+  readonly node: string | undefined;
   readonly #clock: Clock;
   readonly #logger: Logger;
   readonly #fields: Readonly<Record<string, string>>;
@@ -36,6 +38,7 @@ export class Breaker {
   #probing = false;
 
   constructor(options: BreakerOptions) {
+    this.node = options.node;
     this.#clock = options.clock;
     this.#logger = options.logger;
     this.#fields = options.node === undefined ? { dependency: options.name } : { dependency: options.name, node: options.node };

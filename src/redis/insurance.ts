@@ -63,3 +63,29 @@ export class SwitchLog implements InsuranceHooks {
     this.#logger.info(this.#up);
   }
 }
+
+/**
+ * A `SwitchLog` per node breaker, its lines naming the node: with a Redis Cluster one node down
+ * is one switch, logged once, whatever the healthy nodes answer meanwhile. One log for all nodes
+ * went back and forth with every call: a healthy node's answer logged "answers again", the dead
+ * node's next skipped call "failed" (18 lines for 20 requests of two keys on two nodes).
+ */
+export class NodeSwitchLogs {
+  readonly #logger: Logger;
+  readonly #messages: { down: string; up: string };
+  readonly #logs = new WeakMap<Breaker, SwitchLog>();
+
+  constructor(logger: Logger, messages: { down: string; up: string }) {
+    this.#logger = logger;
+    this.#messages = messages;
+  }
+
+  for(breaker: Breaker): SwitchLog {
+    let log = this.#logs.get(breaker);
+    if (log === undefined) {
+      log = new SwitchLog(breaker.node === undefined ? this.#logger : this.#logger.child({ node: breaker.node }), this.#messages);
+      this.#logs.set(breaker, log);
+    }
+    return log;
+  }
+}

@@ -1,4 +1,5 @@
 import type { Clock } from '../clock.js';
+import { BREAKER_COOL_DOWN_MS } from '../redis/breaker.js';
 import type { BudgetBook } from './budget-book.js';
 import { budgetWindow } from './budget-window.js';
 import type { UpstreamEvents } from './events.js';
@@ -37,6 +38,12 @@ export function createBudget(options: BudgetOptions): Layer {
     return { kind: 'refused', reason: 'budget_spent', retryAfterSeconds: secondsUntil(endMs, clock.now()) } as const;
   }
 
+  /** Over this instance's share while Redis is away: worth asking again once Redis may answer, not at the window's end. */
+  function refuseForNow(route: Parameters<UpstreamEvents['refused']>[1], endMs: number) {
+    const refused = refuse(route, endMs);
+    return { ...refused, retryAfterSeconds: Math.min(refused.retryAfterSeconds, Math.ceil(BREAKER_COOL_DOWN_MS / 1000)) };
+  }
+
   return (next) => async (attempt) => {
     const budget = attempt.payer?.budget;
     if (budget === undefined || options.charges?.(attempt) === false) return next(attempt);
@@ -45,8 +52,13 @@ export function createBudget(options: BudgetOptions): Layer {
     if (spent.has(memo)) return refuse(attempt.request.endpoint, endMs);
     const query: SpendQuery = { keyId: attempt.payer!.id, startMs, endMs, limit: budget.limit, ...(options.share === undefined ? {} : { share: options.share }) };
     const spend = await state.spend(query);
-    book?.record(query.keyId, attempt.payer!.label, budget, startMs, spend.allowed ? spend.used : budget.limit);
+    // Refused short of the limit, the key is over this instance's share while Redis is away: the
+    // window is not spent (the book, which never goes back down in a window, keeps the count),
+    // and the next call asks again (Redis may be back).
+    const overShare = !spend.allowed && spend.used < budget.limit;
+    book?.record(query.keyId, attempt.payer!.label, budget, startMs, spend.allowed || overShare ? spend.used : budget.limit);
     if (!spend.allowed) {
+      if (overShare) return refuseForNow(attempt.request.endpoint, endMs);
       if (spent.size > 10_000) for (const [key, end] of spent) if (end <= clock.now()) spent.delete(key);
       spent.set(memo, endMs);
       return refuse(attempt.request.endpoint, endMs);

@@ -4,7 +4,7 @@ import type { Logger } from '../../logging/logger.js';
 import type { Timers } from '../../timers.js';
 import { BREAKER_COOL_DOWN_MS, type Breaker } from '../../redis/breaker.js';
 import type { NodeBreakers } from '../../redis/node-breakers.js';
-import { insured, SwitchLog } from '../../redis/insurance.js';
+import { insured, NodeSwitchLogs } from '../../redis/insurance.js';
 import { MAX_RECONNECT_DELAY_MS } from '../../redis/redis-client.js';
 import { IN_FLIGHT_POLL_MS, type MemoryProviderState } from './memory-state.js';
 import { localBudget, type Admission, type AdmitQuery, type CallCap, type HeldCall, type OutcomeReport, type OutcomeTotals, type ProviderState, type Spend, type SpendQuery, type Stop, type StopState } from './provider-state.js';
@@ -60,7 +60,8 @@ export class InsuredProviderState implements ProviderState {
   readonly #redis: RedisProviderState;
   readonly #memory: MemoryProviderState;
   readonly #breakers: NodeBreakers;
-  readonly #switches: SwitchLog;
+  /** One switch per node (see NodeSwitchLogs). */
+  readonly #switches: NodeSwitchLogs;
   /** Upstreams whose count here Redis may lack, each with the generation of its latest change. */
   readonly #diverged = new Map<string, number>();
   #generation = 0;
@@ -95,7 +96,7 @@ export class InsuredProviderState implements ProviderState {
     this.#now = () => clock.now();
     this.#memory = memory;
     this.#breakers = breakers;
-    this.#switches = new SwitchLog(logger, {
+    this.#switches = new NodeSwitchLogs(logger, {
       down: 'provider guard: Redis failed, each instance keeps its share of every cap (redis_down_share)',
       up: 'provider guard: Redis answers again, caps and stops are shared again',
     });
@@ -123,13 +124,13 @@ export class InsuredProviderState implements ProviderState {
           unanswered = true;
           return this.#unanswered(query);
         }
-        if (failure !== undefined) this.#switches.failed(failure);
+        if (failure !== undefined) this.#switches.for(breaker).failed(failure);
         // Redis may come back without what this instance counts (restarted empty, or it missed
         // these calls): whatever memory decides now, it all goes back.
         this.#diverge(query.upstream);
         return this.#memory.admit({ ...free, cap: query.localCap });
       },
-      { failed: (error) => (failure = error), recovered: () => this.#switches.recovered() },
+      { failed: (error) => (failure = error), recovered: () => this.#switches.for(breaker).recovered() },
     );
     if (!(admission instanceof Promise)) return admission;
     return admission.then((answer) => {
@@ -421,8 +422,9 @@ export class InsuredProviderState implements ProviderState {
   /**
    * Back to the side that counted it: a call counted in memory and refunded to Redis would give
    * the fleet a call it never spent, and the reverse would give memory one for the next outage
-   * (but for this instance's own charges, which its share counts). A refund Redis cannot take now
-   * is lost, from both, which errs on the provider's side.
+   * (but for this instance's own charges, which its share counts). A refund Redis takes leaves
+   * memory's count too: the next charge raises Redis's count to memory's, and would take the call
+   * back. A refund Redis cannot take now is lost, from both, which errs on the provider's side.
    */
   refund(query: SpendQuery, spent: Spend): void {
     if (spent.charged === 'local') {
@@ -431,7 +433,7 @@ export class InsuredProviderState implements ProviderState {
       const pending = this.#unsent.get(key);
       if (pending !== undefined && --pending.calls <= 0) this.#unsent.delete(key);
     } else if (this.#budget(query).state !== 'open') {
-      this.#memory.disown(query);
+      this.#memory.refund(query);
       this.#redis.refund(query);
     }
   }
@@ -447,7 +449,7 @@ export class InsuredProviderState implements ProviderState {
 
   /** Redis's answer while its breaker lets it be asked and it answers; this instance's otherwise. */
   #insured<T>(breaker: Breaker, shared: () => Promise<T>, local: () => T): T | Promise<T> {
-    return insured(breaker, shared, local, this.#switches);
+    return insured(breaker, shared, local, this.#switches.for(breaker));
   }
 
   /** The breaker of the node holding an upstream's keys (one for a single Redis). */

@@ -176,17 +176,12 @@ export class MemoryProviderState implements ProviderState {
     return [...this.#budgets.values()].map((budget) => budget.query);
   }
 
+  /** A call charged here, or by the shared state for this instance and given back there: out of both counts. */
   refund(query: SpendQuery): void {
     const budget = this.#budgets.get(`${query.keyId}\n${query.startMs}`);
     if (budget === undefined) return;
     if (budget.used > 0) budget.used--;
-    this.disown(query);
-  }
-
-  /** A call the shared state charged for this instance was given back there: no longer its own. */
-  disown(query: SpendQuery): void {
-    const budget = this.#budgets.get(`${query.keyId}\n${query.startMs}`);
-    if (budget !== undefined && budget.own > 0) budget.own--;
+    if (budget.own > 0) budget.own--;
   }
 
   #budget(query: SpendQuery): { used: number; own: number; endMs: number; query: SpendQuery } {

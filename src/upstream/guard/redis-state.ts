@@ -359,45 +359,60 @@ return {accepts, failures, stored}
 `;
 
 /**
- * One call against a key's budget for a calendar window, only if it has room. The key expires a
- * day after its window ends, so a restart within the window finds the count, and nothing lingers.
- * The expiry is relative, from the caller's clock, as the windows are. The count is first raised
- * to what the caller knows the window spent: a Redis that restarted empty has lost it.
- * KEYS[1] the window's count; ARGV limit, time to live (ms), the caller's count.
+ * A key's budget for a calendar window is two counts: the calls charged, which only grows, and
+ * those given back; what the window spent is the difference. A caller's count (what it knows the
+ * window spent) raises the charged count, never what was given back: a Redis that restarted
+ * empty has lost both, and one that did not holds at least that many charged, so an instance
+ * that saw a count before another instance's refund does not take the refund back.
+ * The keys expire a day after the window ends, so a restart within the window finds the counts,
+ * and nothing lingers. The expiry is relative, from the caller's clock, as the windows are.
+ */
+
+/**
+ * One call against a key's budget, only if it has room, the charged count first raised to what
+ * the caller knows. KEYS[1] charged, KEYS[2] given back; ARGV limit, time to live (ms), the
+ * caller's count. Returns whether it was charged and what the window spent.
  */
 const SPEND_SCRIPT = `
-local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+local charged = tonumber(redis.call('GET', KEYS[1]) or '0')
+local refunded = tonumber(redis.call('GET', KEYS[2]) or '0')
 local known = tonumber(ARGV[3])
-if known > used then
-  used = known
-  redis.call('SET', KEYS[1], used, 'PX', ARGV[2])
+if known > charged then
+  charged = known
+  redis.call('SET', KEYS[1], charged, 'PX', ARGV[2])
 end
-if used >= tonumber(ARGV[1]) then return {0, used} end
-used = redis.call('INCR', KEYS[1])
+if charged - refunded >= tonumber(ARGV[1]) then return {0, charged - refunded} end
+charged = redis.call('INCR', KEYS[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {1, used}
+return {1, charged - refunded}
 `;
 
-/** Gives one call back, never below 0. KEYS[1] the window's count. */
+/** Gives one call back, never below none spent. KEYS[1] charged, KEYS[2] given back. */
 const REFUND_SCRIPT = `
-if tonumber(redis.call('GET', KEYS[1]) or '0') > 0 then return redis.call('DECR', KEYS[1]) end
-return 0
+local charged = tonumber(redis.call('GET', KEYS[1]) or '0')
+local refunded = tonumber(redis.call('GET', KEYS[2]) or '0')
+if charged - refunded <= 0 then return 0 end
+redis.call('INCR', KEYS[2])
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
+return charged - refunded - 1
 `;
 
 /**
- * Adds calls one instance charged to a budget while Redis was away, and raises the count to what
- * that instance knows the window spent (Redis's last word to it and its calls since): a Redis
- * that restarted empty has lost the rest. Counted whatever the limit: they were made.
- * KEYS[1] the window's count; ARGV calls, ttl ms, the caller's count.
+ * Adds calls one instance charged to a budget while Redis was away, and raises the charged count
+ * to what that instance knows the window spent (Redis's last word to it and its calls since): a
+ * Redis that restarted empty has lost the rest. Counted whatever the limit: they were made.
+ * KEYS[1] charged, KEYS[2] given back; ARGV calls, ttl ms, the caller's count. Returns what the
+ * window spent.
  */
 const ADD_SPENDS_SCRIPT = `
-local used = redis.call('INCRBY', KEYS[1], ARGV[1])
-if used < tonumber(ARGV[3]) then
-  used = tonumber(ARGV[3])
-  redis.call('SET', KEYS[1], used)
+local charged = redis.call('INCRBY', KEYS[1], ARGV[1])
+if charged < tonumber(ARGV[3]) then
+  charged = tonumber(ARGV[3])
+  redis.call('SET', KEYS[1], charged)
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return used
+return charged - tonumber(redis.call('GET', KEYS[2]) or '0')
 `;
 
 /**
@@ -445,9 +460,9 @@ interface WithScripts {
   [LIFT](key: string, state: string): Promise<number>;
   [WITHDRAW](fair: string, waiting: string, live: string, payer: string): Promise<number>;
   [OUTCOMES](key: string, ...args: (string | number)[]): Promise<[number, number, number]>;
-  [SPEND](key: string, limit: number, ttlMs: number, known: number): Promise<[number, number]>;
-  [REFUND](key: string): Promise<number>;
-  [ADD_SPENDS](key: string, calls: number, ttlMs: number, known: number): Promise<number>;
+  [SPEND](charged: string, refunded: string, limit: number, ttlMs: number, known: number): Promise<[number, number]>;
+  [REFUND](charged: string, refunded: string): Promise<number>;
+  [ADD_SPENDS](charged: string, refunded: string, calls: number, ttlMs: number, known: number): Promise<number>;
   [GENERATION](key: string, candidate: string): Promise<[string, number, number]>;
   [WRITE_BACK](recent: string, quota: string, leases: string, ...args: (string | number)[]): Promise<number>;
 }
@@ -474,9 +489,9 @@ export class RedisProviderState implements ProviderState {
     client.defineCommand(LIFT, { numberOfKeys: 1, lua: LIFT_SCRIPT });
     client.defineCommand(WITHDRAW, { numberOfKeys: 3, lua: WITHDRAW_SCRIPT });
     client.defineCommand(OUTCOMES, { numberOfKeys: 1, lua: OUTCOMES_SCRIPT });
-    client.defineCommand(SPEND, { numberOfKeys: 1, lua: SPEND_SCRIPT });
-    client.defineCommand(REFUND, { numberOfKeys: 1, lua: REFUND_SCRIPT });
-    client.defineCommand(ADD_SPENDS, { numberOfKeys: 1, lua: ADD_SPENDS_SCRIPT });
+    client.defineCommand(SPEND, { numberOfKeys: 2, lua: SPEND_SCRIPT });
+    client.defineCommand(REFUND, { numberOfKeys: 2, lua: REFUND_SCRIPT });
+    client.defineCommand(ADD_SPENDS, { numberOfKeys: 2, lua: ADD_SPENDS_SCRIPT });
     client.defineCommand(GENERATION, { numberOfKeys: 1, lua: GENERATION_SCRIPT });
     client.defineCommand(WRITE_BACK, { numberOfKeys: 3, lua: WRITE_BACK_SCRIPT });
     this.#scripts = client as unknown as WithScripts;
@@ -578,7 +593,7 @@ export class RedisProviderState implements ProviderState {
   /** Charges one call if the key's window has room, its count first raised to `known` (what the caller knows it spent). */
   async spend(query: SpendQuery, known = 0): Promise<Spend> {
     const ttlMs = Math.max(1, query.endMs - this.#clockNow()) + 86_400_000;
-    const [allowed, used] = await this.#scripts[SPEND](this.budgetKey(query), query.limit, ttlMs, known);
+    const [allowed, used] = await this.#scripts[SPEND](this.budgetKey(query), this.#refundsKey(query), query.limit, ttlMs, known);
     return { allowed: Number(allowed) === 1, used: Number(used) };
   }
 
@@ -597,17 +612,22 @@ export class RedisProviderState implements ProviderState {
    */
   async addSpends(query: SpendQuery, calls: number, known = 0): Promise<number> {
     const ttlMs = Math.max(1, query.endMs - this.#clockNow()) + 86_400_000;
-    return Number(await this.#scripts[ADD_SPENDS](this.budgetKey(query), calls, ttlMs, known));
+    return Number(await this.#scripts[ADD_SPENDS](this.budgetKey(query), this.#refundsKey(query), calls, ttlMs, known));
   }
 
   refund(query: SpendQuery): void {
     // Not awaited: a lost refund counts one call too many, which errs on the provider's side.
-    this.#scripts[REFUND](this.budgetKey(query)).catch(() => undefined);
+    this.#scripts[REFUND](this.budgetKey(query), this.#refundsKey(query)).catch(() => undefined);
   }
 
   /** Per key, with the key id as its Cluster hash tag: one key's windows share a node. */
   budgetKey(query: SpendQuery): string {
     return `${this.#prefix}budget:{${query.keyId}}:${query.startMs}`;
+  }
+
+  /** The calls given back of the same window, on the same node. */
+  #refundsKey(query: SpendQuery): string {
+    return `${this.#prefix}refunds:{${query.keyId}}:${query.startMs}`;
   }
 
   async claim(upstream: string, what: string, ttlMs: number): Promise<boolean> {
