@@ -128,6 +128,16 @@ describe('fleet invariants', () => {
     assert.equal(providerConcurrency.check(history({ procs: [STARTED], calls: [long(0), long(100), long(200)] })).length, 1);
   });
 
+  it('providerRate: a guard still away after the fault it explains (its breaker cooling down) is one instance away', () => {
+    const freeze: FaultEvent = { t: 'fault', kind: 'redis-freeze', at: 1000, until: 2000 };
+    const down: FaultEvent = { t: 'fault', kind: 'guard-down', at: 1500, until: 4000, inst: 1, detail: "from perch's log" };
+    // Cap 2 a second, share 0.5: the others through Redis take the cap, instance 1 its share of 1 on its own.
+    const calls = [call(3000, { inst: 0 }), call(3100, { inst: 0 }), call(3200, { inst: 1 })];
+    assert.equal(providerRate.check(history({ procs: [STARTED], faults: [freeze, down], calls })).length, 0);
+    assert.equal(providerRate.check(history({ procs: [STARTED], faults: [freeze], calls })).length, 1);
+    assert.equal(providerRate.check(history({ procs: [STARTED], faults: [freeze, down], calls: [...calls, call(3300, { inst: 1 })] })).length, 1, 'its share is 1');
+  });
+
   it('providerConcurrency: across a Redis outage, the outage bound: an instance with 2 in flight, the other adds its share of 1', () => {
     const long = (start: number, inst: number) => call(start, { end: start + 1000, inst });
     const calls = [long(0, 0), long(100, 0), long(300, 1)];
