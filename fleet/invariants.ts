@@ -658,7 +658,7 @@ export const refusalOnlyOverCap: Invariant = {
  */
 export const acceptedKeyReadsCache: Invariant = {
   name: 'acceptedKeyReadsCache',
-  bound: 'in pass-through, no 429 to a key the provider accepted for a path the provider answered 200 less than the TTL (the smallest a SIGHUP set, less 0.5 s) before, with no purge of it, no Redis fault and no provider 429 since',
+  bound: 'in pass-through, no 429 to a key the provider accepted for a path without a query the provider answered 200 less than the TTL (the smallest a SIGHUP set, less 0.5 s) before, with no purge of it, no Redis fault and no provider 429 since',
   check: (h) => {
     if (!h.run.passThrough) return [];
     const out: Violation[] = [];
@@ -666,6 +666,9 @@ export const acceptedKeyReadsCache: Invariant = {
     for (const r of h.requests) if ((r.status === 200 || r.status === 304) && r.done < (acceptedAt.get(r.key) ?? Infinity)) acceptedAt.set(r.key, r.done);
     for (const r of h.requests) {
       if (r.status !== 429 || rateLimited(r) || r.key === 'madeup' || !((acceptedAt.get(r.key) ?? Infinity) < r.sent)) continue;
+      // The stand-in knows calls by path alone: which page (`cursor`) or size (`count`) it
+      // answered is not in the history, so only a request without a query is known to be cached.
+      if (r.path.includes('?')) continue;
       const res = resourceOf(r.path);
       const ttl = Math.min(h.run.ttl, ...h.configs.filter((c) => c.at <= r.sent).map((c) => c.ttl));
       const fresh = h.calls.find((c) => c.status === 200 && c.resources.includes(res) && c.end < r.sent && r.sent < c.end + ttl * 1000 - 500);

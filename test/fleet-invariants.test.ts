@@ -331,6 +331,9 @@ describe('fleet invariants', () => {
     assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [call(0)], requests: [refused] })).length, 0);
     assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [call(0)], requests: [req(100), req(6000, { status: 429, cache: 'perch; fwd=miss' })] })).length, 0);
     assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [call(0)], purges: [purge(2000)], requests: [req(100), refused] })).length, 0);
+    // Another page of the path: the stand-in's calls do not say which page they answered.
+    const page = req(3000, { status: 429, cache: 'perch; fwd=miss', path: '/v1/users/1?cursor=b' });
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [call(0)], requests: [req(100), page] })).length, 0);
   });
 
   it('liveness: answers within miss_deadline_ms + 2 s; connection failures only on an instance being stopped', () => {
