@@ -24,21 +24,30 @@ async function misses(perch: RunningPerch, from: number, count: number): Promise
   return statuses;
 }
 
+/**
+ * Two instances, each through its own relay to one Redis: A spends `spentA` of the quota and B
+ * `spentB`, then both are cut off while Redis restarts empty; resolves once it answers again.
+ */
+async function spentThenRestarted(t: TestContext, spentA: number, spentB: number) {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const proxies = { A: await startTcpProxy(t, redis.port), B: await startTcpProxy(t, redis.port) };
+  const perches = { A: await instance(t, proxies.A, upstream), B: await instance(t, proxies.B, upstream) };
+  const inspector = new Redis(redis.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50 });
+  inspector.on('error', () => {});
+  onCleanup(t, () => inspector.disconnect());
+  assert.deepEqual([...(await misses(perches.A, 1, spentA)), ...(await misses(perches.B, 11, spentB))], Array<number>(spentA + spentB).fill(200));
+  proxies.A.cut();
+  proxies.B.cut();
+  await redis.kill();
+  await redis.restart();
+  await waitFor(async () => (await inspector.ping().catch(() => '')) === 'PONG', 10_000);
+  return { redis, upstream, proxies, perches, inspector };
+}
+
 for (const first of ['A', 'B'] as const) {
   test(`quota 10 per 120 s, 5 spent by each, Redis restarted empty, ${first} reconnects first: the provider sees at most 10 in the window`, { timeout: 30_000 }, async (t) => {
-    const redis = await startRedis(t);
-    const upstream = await startUpstream(t, sampleProvider);
-    const proxies = { A: await startTcpProxy(t, redis.port), B: await startTcpProxy(t, redis.port) };
-    const perches = { A: await instance(t, proxies.A, upstream), B: await instance(t, proxies.B, upstream) };
-    const inspector = new Redis(redis.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50 });
-    inspector.on('error', () => {});
-    onCleanup(t, () => inspector.disconnect());
-    assert.deepEqual([...(await misses(perches.A, 1, 5)), ...(await misses(perches.B, 11, 5))], Array<number>(10).fill(200));
-    proxies.A.cut();
-    proxies.B.cut();
-    await redis.kill();
-    await redis.restart();
-    await waitFor(async () => (await inspector.ping().catch(() => '')) === 'PONG', 10_000);
+    const { upstream, proxies, perches, inspector } = await spentThenRestarted(t, 5, 5);
     const second = first === 'A' ? 'B' : 'A';
     proxies[first].restore();
     await waitFor(async () => (await inspector.zcard(QUOTA_KEY)) === 5, 10_000);
@@ -53,19 +62,7 @@ for (const first of ['A', 'B'] as const) {
 }
 
 test('a process started after Redis restarted empty, the others still cut off, keeps to its share for the window', { timeout: 30_000 }, async (t) => {
-  const redis = await startRedis(t);
-  const upstream = await startUpstream(t, sampleProvider);
-  const proxies = { A: await startTcpProxy(t, redis.port), B: await startTcpProxy(t, redis.port) };
-  const perches = { A: await instance(t, proxies.A, upstream), B: await instance(t, proxies.B, upstream) };
-  const inspector = new Redis(redis.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50 });
-  inspector.on('error', () => {});
-  onCleanup(t, () => inspector.disconnect());
-  assert.deepEqual([...(await misses(perches.A, 1, 5)), ...(await misses(perches.B, 11, 5))], Array<number>(10).fill(200));
-  proxies.A.cut();
-  proxies.B.cut();
-  await redis.kill();
-  await redis.restart();
-  await waitFor(async () => (await inspector.ping().catch(() => '')) === 'PONG', 10_000);
+  const { redis, upstream, proxies, perches, inspector } = await spentThenRestarted(t, 5, 5);
   // A new process (a replacement, or one more) finds Redis empty and is the first to ask: it
   // cannot tell this from a fleet's first start, and keeps to its share of the quota.
   const started = await instance(t, await startTcpProxy(t, redis.port), upstream);
@@ -80,20 +77,8 @@ test('a process started after Redis restarted empty, the others still cut off, k
 });
 
 test('misses asking together the first instance back after an empty restart are admitted within its share, not beyond', { timeout: 30_000 }, async (t) => {
-  const redis = await startRedis(t);
-  const upstream = await startUpstream(t, sampleProvider);
-  const proxies = { A: await startTcpProxy(t, redis.port), B: await startTcpProxy(t, redis.port) };
-  const perches = { A: await instance(t, proxies.A, upstream), B: await instance(t, proxies.B, upstream) };
-  const inspector = new Redis(redis.url, { maxRetriesPerRequest: 1, retryStrategy: () => 50 });
-  inspector.on('error', () => {});
-  onCleanup(t, () => inspector.disconnect());
   // 1 + 5: A may spend 4 more of its share of 5 before B is back.
-  assert.deepEqual([...(await misses(perches.A, 1, 1)), ...(await misses(perches.B, 11, 5))], Array<number>(6).fill(200));
-  proxies.A.cut();
-  proxies.B.cut();
-  await redis.kill();
-  await redis.restart();
-  await waitFor(async () => (await inspector.ping().catch(() => '')) === 'PONG', 10_000);
+  const { upstream, proxies, perches, inspector } = await spentThenRestarted(t, 1, 5);
   proxies.A.restore();
   await waitFor(async () => (await inspector.zcard(QUOTA_KEY)) === 1, 10_000);
   const burst = await Promise.all(Array.from({ length: 10 }, (_, i) => perches.A.request(`/v1/users/${100 + i}`).then((r) => r.status)));

@@ -81,6 +81,41 @@ async function spendAll(perch: Pick<RunningPerch, 'url'>, client: Redis, refillP
   }
 }
 
+/** Requests with another key on `perch` until its log says Redis answers its rate limits again. */
+async function answersAgain(perch: Pick<RunningPerch, 'url' | 'logs'>): Promise<void> {
+  await waitFor(async () => {
+    await get(perch.url, OTHER_KEY);
+    return perch.logs.text().includes('rate limits: Redis answers again');
+  }, 10_000);
+}
+
+/**
+ * Spends `before` requests with the test key on `perch` (all allowed), `during` more while the
+ * fault `begin` starts holds (it returns the fault's end), then all the shared bucket has left
+ * once Redis decides again (the other key's requests find it back), lapsed lease records
+ * reclaimed included: so what the client gets last is what the shared bucket kept, not what this
+ * instance's memory bucket allows. Returns how many were allowed in all, and while the fault held.
+ */
+async function spendAcross(t: TestContext, perch: RunningPerch, redis: TestRedis, before: number, during: number, begin: () => () => void): Promise<{ admitted: number; during: number }> {
+  assert.equal(await sequential(perch, before), before);
+  const end = begin();
+  const allowed = await sequential(perch, during);
+  end();
+  await answersAgain(perch);
+  return { admitted: before + allowed + (await spendAll(perch, inspector(t, redis))), during: allowed };
+}
+
+/** Instance A started cut off from Redis (through a relay, command timeout 100 ms) and B on it, both on `plan`. */
+async function aCutOff(t: TestContext, plan: string) {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const proxy = await startTcpProxy(t, redis.port);
+  proxy.cut();
+  const a = await startPerch(t, yamlFor(proxy, upstream.url, plan, 100));
+  const b = await startPerch(t, yamlFor(redis, upstream.url, plan));
+  return { redis, proxy, a, b };
+}
+
 /** The system timers, counting those that have yet to run: a test waits for one to run rather than guessing when it falls due. */
 function countedTimers(): Timers & { pending(): ReadonlySet<object> } {
   const pending = new Set<object>();
@@ -151,23 +186,13 @@ test('a lease Redis would grant after the instance stopped waiting takes nothing
   onCleanup(t, () => redis.thaw());
   const upstream = await startUpstream(t, sampleProvider);
   const perch = await startPerch(t, yamlFor(redis, upstream.url, '{ capacity: 1000, refill_per_second: 0.01 }', 100));
-  let admitted = await sequential(perch, 400);
-  assert.equal(admitted, 400);
-  redis.freeze();
-  // More than the instance holds (two leases of 100 at most): once they are spent, each request
-  // asks Redis for a lease of 100 until the breaker opens; those leases time out here and wait
-  // in Redis's socket. The memory buckets answer.
-  const during = await sequential(perch, 150);
-  redis.thaw();
-  admitted += during;
-  // The client waits until Redis decides again (the other key's requests find it back), so what
-  // it gets next is what the shared bucket kept, not what this instance's memory bucket allows.
-  await waitFor(async () => {
-    await get(perch.url, OTHER_KEY);
-    return perch.logs.text().includes('rate limits: Redis answers again');
-  }, 10_000);
-  // Then the client spends all it can, lapsed lease records reclaimed included.
-  admitted += await spendAll(perch, inspector(t, redis));
+  // 150 is more than the instance holds (two leases of 100 at most): once they are spent, each
+  // request asks Redis for a lease of 100 until the breaker opens; those leases time out here and
+  // wait in Redis's socket. The memory buckets answer.
+  const { admitted, during } = await spendAcross(t, perch, redis, 400, 150, () => {
+    redis.freeze();
+    return () => redis.thaw();
+  });
   t.diagnostic(`admitted ${admitted} on a plan of 1000 (${during} while Redis was frozen)`);
   assert.ok(admitted >= 950, `${admitted} admitted`);
   // The memory buckets answered the outage from the bucket as Redis last reported it, and what
@@ -183,17 +208,10 @@ test('a lease whose answer came after the timeout, yet ran in Redis, is undone b
   // its deadline, and the instance gave up on it all the same (a slow or jittery network does this
   // to the calls whose answer is slower than the one the clock offset was learned from).
   const perch = await startPerch(t, yamlFor(proxy, upstream.url, '{ capacity: 1000, refill_per_second: 0.01 }', 200));
-  let admitted = await sequential(perch, 300);
-  assert.equal(admitted, 300);
-  proxy.hold();
-  const during = await sequential(perch, 300);
-  proxy.release();
-  admitted += during;
-  await waitFor(async () => {
-    await get(perch.url, OTHER_KEY);
-    return perch.logs.text().includes('rate limits: Redis answers again');
-  }, 10_000);
-  admitted += await spendAll(perch, inspector(t, redis));
+  const { admitted, during } = await spendAcross(t, perch, redis, 300, 300, () => {
+    proxy.hold();
+    return () => proxy.release();
+  });
   t.diagnostic(`admitted ${admitted} on a plan of 1000 (${during} while the replies were held)`);
   assert.ok(admitted >= 990, `${admitted} admitted`);
   assert.ok(admitted <= 1000, `${admitted} admitted`);
@@ -221,31 +239,19 @@ test('a lease that lapses while the breaker is open (another key failed) gives i
   // The leases lapse, their give-back kept from Redis by the open breaker.
   await waitFor(() => ![...timers.pending()].some((timer) => lapses.has(timer)), LEASE_LIFE_MS + 1000);
   redis.thaw();
-  await waitFor(async () => {
-    await get(perch.url, OTHER_KEY);
-    return perch.logs.text().includes('rate limits: Redis answers again');
-  }, 10_000);
+  await answersAgain(perch);
   admitted += await spendAll(perch, inspector(t, redis));
   t.diagnostic(`admitted ${admitted} on a plan of 1000`);
   assert.equal(admitted, 1000);
 });
 
 test('what an instance allowed from memory is taken off the shared bucket once Redis answers, even if the client never comes back to it', { timeout: 60_000 }, async (t) => {
-  const redis = await startRedis(t);
-  const upstream = await startUpstream(t, sampleProvider);
-  const proxy = await startTcpProxy(t, redis.port);
-  const plan = '{ capacity: 1000, refill_per_second: 0.01 }';
   // A is cut off from Redis and serves the client from its memory bucket; then the client moves
   // to B for good. A's link comes back and A serves another key only.
-  proxy.cut();
-  const a = await startPerch(t, yamlFor(proxy, upstream.url, plan, 100));
-  const b = await startPerch(t, yamlFor(redis, upstream.url, plan));
+  const { redis, proxy, a, b } = await aCutOff(t, '{ capacity: 1000, refill_per_second: 0.01 }');
   assert.equal(await sequential(a, 300), 300);
   proxy.restore();
-  await waitFor(async () => {
-    await get(a.url, OTHER_KEY);
-    return a.logs.text().includes('rate limits: Redis answers again');
-  }, 10_000);
+  await answersAgain(a);
   // What A allowed is owed to the shared bucket: 700 left for B.
   const client = inspector(t, redis);
   await waitFor(async () => Math.round(Number(await client.hget('perch:rl:alpha', 'tokens'))) !== 1000, 3000).catch(() => {});
@@ -255,22 +261,13 @@ test('what an instance allowed from memory is taken off the shared bucket once R
 });
 
 test('what memory allowed while its bucket refilled to full is not owed: a client under its refill across an outage keeps its bucket', { timeout: 60_000 }, async (t) => {
-  const redis = await startRedis(t);
-  const upstream = await startUpstream(t, sampleProvider);
-  const proxy = await startTcpProxy(t, redis.port);
   // Under 20 tokens: no leases, every request asks Redis, and memory answers for A while it is cut off.
-  const plan = '{ capacity: 15, refill_per_second: 5 }';
-  proxy.cut();
-  const a = await startPerch(t, yamlFor(proxy, upstream.url, plan, 100));
-  const b = await startPerch(t, yamlFor(redis, upstream.url, plan));
+  const { redis, proxy, a, b } = await aCutOff(t, '{ capacity: 15, refill_per_second: 5 }');
   assert.equal(await sequential(a, 10), 10);
   // 10 tokens at 5 a second: A's memory bucket, and the plan's, are full again after 2 s.
   await sleep(3000);
   proxy.restore();
-  await waitFor(async () => {
-    await get(a.url, OTHER_KEY);
-    return a.logs.text().includes('rate limits: Redis answers again');
-  }, 10_000);
+  await answersAgain(a);
   // Settled: the key's bucket was written (the owed tokens charged, if any were still owed).
   const client = inspector(t, redis);
   await waitFor(async () => (await client.hget('perch:rl:alpha', 'tokens')) !== null, 3000).catch(() => {});
