@@ -600,17 +600,21 @@ export function upstreamOf(h: History, path: string): 'v1' | 'x' {
 /**
  * docs/provider.md: for a quota window after the fleet's first start, or after Redis restarted
  * (empty or from its file), each instance keeps to `redis_down_share` of the quota, however
- * little the others spend. Whether `r`'s instance had spent that much of it when `r` was refused
- * (calls no process is known for may be any process's).
+ * little the others spend, counting its own calls from before the restart. Whether `r`'s instance
+ * had spent that much of it when `r` was refused (calls no process is known for may be any
+ * process's).
  */
 function quotaShareSpent(h: History, r: RequestEvent, caps: Caps, calls: readonly CallEvent[]): boolean {
   const windowMs = caps.quota.perSeconds * 1000;
   const started = Math.min(Infinity, ...h.procs.filter((p) => p.kind === 'start' && p.gen === 1).map((p) => p.at));
-  // The window starts when the first instance asks after it: at the latest, the first call after.
-  const fresh = [started, ...h.faults.filter((f) => f.kind === 'redis-kill' || f.kind === 'redis-restart').map((f) => f.until)].map((at) => Math.min(...calls.filter((c) => c.start >= at).map((c) => c.start), Infinity));
-  const since = Math.max(-Infinity, ...fresh.filter((at) => at <= r.done && r.sent <= at + windowMs + 1000));
-  if (!Number.isFinite(since)) return false;
-  const own = calls.filter((c) => (c.inst === undefined || c.inst === r.inst) && c.start >= Math.max(since, r.sent - windowMs) - 1000 && c.start <= r.done).length;
+  // The window starts at the first ask after the start or restart: by the first call after it at
+  // the latest, and, when every ask since was refused, not yet ended.
+  const inWindow = [started, ...h.faults.filter((f) => f.kind === 'redis-kill' || f.kind === 'redis-restart').map((f) => f.until)].some((at) => {
+    const latestStart = Math.min(r.done, ...calls.filter((c) => c.start >= at).map((c) => c.start));
+    return at <= r.done && r.sent <= latestStart + windowMs + 1000;
+  });
+  if (!inWindow) return false;
+  const own = calls.filter((c) => (c.inst === undefined || c.inst === r.inst) && c.start >= r.sent - windowMs - 1000 && c.start <= r.done).length;
   return own >= Math.floor(caps.downShare * caps.quota.requests) - 1;
 }
 

@@ -321,6 +321,9 @@ describe('fleet invariants', () => {
     assert.equal(refusalOnlyOverCap.check(history({ procs: [STARTED], calls: [call(3000, { inst: 0 })], requests: [late] })).length, 1);
     const restarted: FaultEvent = { t: 'fault', kind: 'redis-restart', at: 8000, until: 9000 };
     assert.equal(refusalOnlyOverCap.check(history({ procs: [STARTED], faults: [restarted], calls: [call(3000, { inst: 0 }), call(10_000, { inst: 0 })], requests: [late] })).length, 0);
+    // Every ask since the restart refused: the window is open, and its own calls from before count.
+    assert.equal(refusalOnlyOverCap.check(history({ procs: [STARTED], faults: [restarted], calls: [call(1000, { inst: 1 }), call(6000, { inst: 0 })], requests: [late] })).length, 0);
+    assert.equal(refusalOnlyOverCap.check(history({ procs: [STARTED], faults: [restarted], calls: [call(1000, { inst: 1 }), call(6000, { inst: 1 })], requests: [late] })).length, 1, 'the other instance spent it');
   });
 
   it('acceptedKeyReadsCache: in pass-through an accepted key is not refused what the cache holds fresh', () => {
