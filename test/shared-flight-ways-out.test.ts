@@ -78,6 +78,16 @@ function leaseAsks(seen: ReadonlyArray<{ args: string[]; source: string }>): Map
   return asks;
 }
 
+/** The flights that asked for the lease, per client address: each asks first with ARGV[3] 1. */
+function flightsBegun(seen: ReadonlyArray<{ args: string[]; source: string }>, source: string): number {
+  return seen.filter(({ args, source: from }) => from === source && args[0]?.toLowerCase() === 'eval' && args[3]?.endsWith(LEASE) === true && args[6] === '1').length;
+}
+
+/** How many `command`s of /v1/users/1's entry `source` ran. */
+function commands(seen: ReadonlyArray<{ args: string[]; source: string }>, source: string, command: string): number {
+  return seen.filter(({ args, source: from }) => from === source && args[0]?.toLowerCase() === command && args[1]?.endsWith(':/v1/users/1') === true).length;
+}
+
 /** The access lines an instance wrote so far. */
 function accessLines(perch: PerchProcess): Array<Record<string, unknown>> {
   return perch
@@ -87,8 +97,21 @@ function accessLines(perch: PerchProcess): Array<Record<string, unknown>> {
     .map((line) => JSON.parse(line) as Record<string, unknown>);
 }
 
-function get(perch: PerchProcess, key: string, signal?: AbortSignal): Promise<Response> {
-  return fetch(`${perch.url}/v1/users/1`, { headers: { 'x-api-key': key }, ...(signal === undefined ? {} : { signal }) });
+function get(perch: PerchProcess, key: string): Promise<Response> {
+  return fetch(`${perch.url}/v1/users/1`, { headers: { 'x-api-key': key } });
+}
+
+/**
+ * A request whose client goes away at `leave()` with a reset: a FIN alone would be a half-close,
+ * which perch still answers (listener.ts).
+ */
+async function leaving(perch: PerchProcess, key: string): Promise<{ leave(): void }> {
+  const { hostname, port } = new URL(perch.url);
+  const socket = connect(Number(port), hostname);
+  socket.on('error', () => {});
+  await new Promise((resolve) => socket.once('connect', resolve));
+  socket.write(`GET /v1/users/1 HTTP/1.1\r\nHost: perch\r\nx-api-key: ${key}\r\n\r\n`);
+  return { leave: () => void socket.resetAndDestroy() };
 }
 
 /** The `RateLimit` field's remaining counts: the key's bucket, then its provider budget. */
@@ -96,7 +119,7 @@ function standing(response: Response): string {
   return (response.headers.get('ratelimit') ?? '').replace(/;t=\d+/g, '');
 }
 
-test("a client that leaves while its instance waits on another instance's lease: that instance stops waiting and calls nobody", { timeout: 60_000, todo: 'a flight waits out its deadline on the lease though its last client left' }, async (t) => {
+test("a client that leaves while its instance waits on another instance's lease: that instance stops waiting and calls nobody", { timeout: 60_000 }, async (t) => {
   const redis = await startRedis(t);
   const upstream = await startUpstream(t, sampleProvider);
   const [a, b] = await instances(t, redis, upstream, 2);
@@ -104,13 +127,11 @@ test("a client that leaves while its instance waits on another instance's lease:
   const held = holding(upstream);
   const leader = get(a!, KEY);
   await waitFor(() => held.length === 1);
-  const left = new AbortController();
-  const gone = get(b!, OTHER_KEY, left.signal).catch((error: unknown) => error);
+  const gone = await leaving(b!, OTHER_KEY);
   // B asks for the lease on its first look, then again at every poll: polling, it asked twice.
   await waitFor(() => [...leaseAsks(seen).values()].some((n) => n >= 2), 10_000);
   const poller = [...leaseAsks(seen)].find(([, n]) => n >= 2)![0];
-  left.abort();
-  assert.equal(((await gone) as Error).name, 'AbortError');
+  gone.leave();
   // B lets go of the flight: its access line is written once it stopped waiting, with no call.
   await waitFor(() => accessLines(b!).length === 1, 10_000);
   const polls = leaseAsks(seen).get(poller)!;
@@ -125,7 +146,7 @@ test("a client that leaves while its instance waits on another instance's lease:
   assert.equal(upstream.requests.length, 2);
   assert.ok(leaseAsks(seen).get(poller)! <= polls + 1, 'B asked for the lease again only for its next request');
   const line = accessLines(b!)[0]!;
-  assert.deepEqual([line.key_id, line.upstream_call], ['bravo', false]);
+  assert.deepEqual([line.key_id, line.status, line.cache, line.upstream_call], ['bravo', 499, 'miss', false]);
   assert.equal(await metric(b!, 'perch_key_upstream_calls_total{key_id="bravo",upstream="main"}'), undefined, 'bravo paid for no call');
 });
 
@@ -147,18 +168,27 @@ test("a client that leaves while others on its instance wait on another instance
   const held = holding(upstream);
   const leader = get(a!, KEY);
   await waitFor(() => held.length === 1);
-  const left = new AbortController();
-  const gone = get(b!, OTHER_KEY, left.signal).catch((error: unknown) => error);
+  const gone = await leaving(b!, OTHER_KEY);
   await waitFor(() => [...leaseAsks(seen).values()].some((n) => n >= 2), 10_000);
+  const poller = [...leaseAsks(seen)].find(([, n]) => n >= 2)![0];
   const stays = get(b!, KEY);
-  left.abort();
-  assert.equal(((await gone) as Error).name, 'AbortError');
+  // It joins B's flight once it read the entry's absence from Redis. Each of B's asks for the
+  // lease is followed by one such read, and the leaving request read once before its first: a
+  // read more than that is the new request's.
+  await waitFor(() => commands(seen, poller, 'get') >= leaseAsks(seen).get(poller)! + 2, 10_000);
+  gone.leave();
+  // B saw the reset before a request sent after it, and polled twice since: had the leaving
+  // client ended the flight, B would have begun another by now.
+  await fetch(`${b!.url}/healthz`);
+  const asked = leaseAsks(seen).get(poller)!;
+  await waitFor(() => leaseAsks(seen).get(poller)! >= asked + 2);
   sampleProvider(held[0]!.req, held[0]!.res);
   const [first, second] = [await leader, await stays];
   assert.deepEqual([first.status, first.headers.get('cache-status')], [200, 'perch; fwd=miss; stored']);
   assert.deepEqual([second.status, second.headers.get('cache-status')], [200, 'perch; fwd=miss; collapsed; detail=redis']);
   assert.equal(await second.text(), await first.text());
   assert.equal(upstream.requests.length, 1);
+  assert.equal(flightsBegun(seen, poller), 1, 'the client that stayed kept the flight going: B never began another');
   assert.equal(await metric(b!, 'perch_key_upstream_calls_total{key_id="bravo",upstream="main"}'), undefined);
   assert.equal(await metric(b!, 'perch_key_upstream_calls_total{key_id="alpha",upstream="main"}'), undefined);
 });

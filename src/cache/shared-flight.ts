@@ -37,6 +37,8 @@ const HAND_OFF_MS = 5 * POLL_MS;
 export type Claim =
   | { readonly kind: 'entry'; readonly entry: CacheEntry }
   | { readonly kind: 'answer'; readonly status: 404; readonly body: Buffer }
+  /** Every client of the flight left while it waited: nobody is left to fetch for. */
+  | { readonly kind: 'left' }
   /** `release`: with the leader's 404 when nothing stored it, handed to the waiting instances. */
   | { readonly kind: 'fetch'; readonly release: (unstored404?: Buffer) => void };
 
@@ -68,8 +70,10 @@ export class SharedFlights {
    * of waiting on one begun before the purge, whose answer will not be stored.
    * `deadlineMs`: how long the leader may work on the miss (`server.miss_deadline_ms`).
    * `until`: the caller's own deadline (on `performance.now()`), past which it waits no more.
+   * `stop`: aborted when nobody waits for the flight any more; it then waits no more either, and
+   * takes no lease, as its call would be for nobody.
    */
-  async claim(key: string, generation: Generation, deadlineMs: number, until = Infinity): Promise<Claim> {
+  async claim(key: string, generation: Generation, deadlineMs: number, until = Infinity, stop?: AbortSignal): Promise<Claim> {
     const leaseMs = deadlineMs + LEASE_MARGIN_MS;
     const lockKey = `${this.#prefix}lock:${generation.all}.${generation.scope}:${key}`;
     const token = randomUUID();
@@ -79,6 +83,10 @@ export class SharedFlights {
       // The holder's value comes back when the lease is taken, null when it was free and is ours.
       const first = attempt === 0 ? 1 : 0;
       const held = await this.#guard.run('lease', lockKey, (client) => client.eval(CLAIM_SCRIPT, 1, lockKey, token, leaseMs, first, HANDED_404) as Promise<string | null>);
+      if (stop?.aborted === true) {
+        if (typeof held !== 'string') release();
+        return { kind: 'left' };
+      }
       // undefined: Redis did not answer, so nobody can be waited for. The SET may still run
       // later (a stalled Redis works through its queue when it resumes); releasing with our token
       // afterwards, on the same connection and so in order, keeps it from orphaning the key.
