@@ -244,3 +244,33 @@ test("a second key asking on another instance while the first key's miss holds t
   assert.equal(await metric(b!, 'perch_key_upstream_calls_saved_total{key_id="bravo",reason="coalesced"}'), 1);
   assert.equal(await metric(a!, 'perch_key_upstream_calls_total{key_id="alpha",upstream="main"}'), 1);
 });
+
+test("a second key whose flight ended in the first key's refusal leads the next one within its own miss_deadline_ms", { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  // The provider never answers: each call ends at its timeout.
+  const upstream = await startUpstream(t, () => undefined);
+  const path = join(tempDir(t, 'perch-flight-'), 'perch.yaml');
+  // alpha's budget pays one call: its failover is refused, and so its flight answers alpha alone.
+  const backup = v1('backup', upstream.url, 'timeout_ms: 1500, retries: 0');
+  writeFileSync(
+    path,
+    yaml(redis, upstream)
+      .replace('timeout_ms: 4000, retries: 0 }', `timeout_ms: 1500, retries: 0 }\n  ${backup}\nroutes: { user: [main, backup] }`)
+      .replace('miss_deadline_ms: 5000', 'miss_deadline_ms: 3000')
+      .replace('limit: 5,', 'limit: 1,')
+      .replace(`{ id: bravo, key: "${OTHER_KEY}", plan: metered }`, `{ id: bravo, key: "${OTHER_KEY}", plan: big }`),
+  );
+  const a = await spawnPerch(t, path);
+  const seen = await monitor(t, redis);
+  const first = get(a, KEY);
+  await waitFor(() => upstream.requests.length === 1);
+  const reads = seen.length;
+  const started = performance.now();
+  const second = get(a, OTHER_KEY);
+  await waitFor(() => seen.slice(reads).some(({ args }) => args[0]?.toLowerCase() === 'get' && args[1]?.endsWith(':/v1/users/1') === true), 10_000);
+  assert.equal((await first).status, 429, "alpha's failover: its budget is spent");
+  const bravo = await second;
+  const ms = performance.now() - started;
+  assert.equal(bravo.status, 504);
+  assert.ok(ms < 3000 + 400, `answered after ${Math.round(ms)} ms, miss_deadline_ms 3000`);
+});

@@ -249,9 +249,12 @@ export class ReadThrough {
     // flight that began before (its answer may predate the purge), it starts or joins a newer one.
     const epoch = this.#epoch(request.path);
     const shared = pass === undefined ? `${epoch}\n${request.path}` : `${epoch}\n${pass.digest}\n${request.path}`;
+    // The request's own deadline: a flight it leads after riding on another key's refusal has
+    // only what is left of it, as the client has waited all along.
+    const deadline = performance.now() + this.#deps.live.current.config.server.miss_deadline_ms;
     for (let round = 0; ; round++) {
       const key = round < 2 ? shared : `${payer.id}\n${shared}`;
-      const flight = this.#flights.run(key, (stop) => this.#fetchAndStore(request, pass, payer, trace, undefined, stop), left);
+      const flight = this.#flights.run(key, (stop) => this.#fetchAndStore(request, pass, payer, trace, undefined, stop, deadline), left);
       const fetched = await flight.promise;
       // Joined as the flight's last clients left: it was ended for nobody, and this one still waits.
       if (fetched.abandoned === true && left?.aborted !== true) {
@@ -363,9 +366,20 @@ export class ReadThrough {
    * `client`: pass-through auth, whose key is the call's credential. `previous`: the entry the
    * answer replaces, where one is known (a refresh), which dates it (see `modification`).
    * `stop`: aborted once every client of the flight left; a flight still waiting on another
-   * instance's lease then ends without a call.
+   * instance's lease then ends without a call. `deadline` (on `performance.now()`): the leading
+   * request's, `server.miss_deadline_ms` from when it began; time spent waiting on another
+   * instance's lease is time the client waited too, so a lease freed without an answer leaves
+   * this flight only the rest.
    */
-  async #fetchAndStore(request: EndpointRequest, client: PassThroughClient | undefined, payer: Payer, trace: TraceSpan | undefined, previous?: CacheEntry, stop?: AbortSignal): Promise<Fetched> {
+  async #fetchAndStore(
+    request: EndpointRequest,
+    client: PassThroughClient | undefined,
+    payer: Payer,
+    trace: TraceSpan | undefined,
+    previous?: CacheEntry,
+    stop?: AbortSignal,
+    deadline = performance.now() + this.#deps.live.current.config.server.miss_deadline_ms,
+  ): Promise<Fetched> {
     const { sharedFlights, cache } = this.#deps;
     const { config } = this.#deps.live.current;
     // Before anything is awaited: a purge observed from here on keeps this flight's answer out of
@@ -375,9 +389,6 @@ export class ReadThrough {
     // Nothing of this endpoint is stored (TTL 0): no other instance can be spared a call, so none
     // waits on this one's lease.
     const leased = sharedFlights !== undefined && config.cache.ttl_seconds[request.endpoint] > 0;
-    // The miss's deadline runs from here: time spent waiting on another instance's lease is time
-    // the client waited too, so a lease freed without an answer leaves this one only the rest.
-    const deadline = performance.now() + config.server.miss_deadline_ms;
     const claim = leased ? await sharedFlights.claim(request.path, stamp, config.server.miss_deadline_ms, deadline, stop) : undefined;
     if (claim?.kind === 'left') return { ...LEFT, stored: false, abandoned: true };
     if (claim?.kind === 'entry') return { status: claim.entry.status, body: claim.entry.body, entry: claim.entry, stored: false, viaRedis: true };
