@@ -274,3 +274,27 @@ test("a second key whose flight ended in the first key's refusal leads the next 
   assert.equal(bravo.status, 504);
   assert.ok(ms < 3000 + 400, `answered after ${Math.round(ms)} ms, miss_deadline_ms 3000`);
 });
+
+test("a miss waiting on another instance's lease answers at its deadline though Redis froze under it", { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  // The provider never answers; Redis's commands may take longer than the whole deadline.
+  const upstream = await startUpstream(t, () => undefined);
+  const path = join(tempDir(t, 'perch-flight-'), 'perch.yaml');
+  writeFileSync(path, yaml(redis, upstream).replace('miss_deadline_ms: 5000', 'miss_deadline_ms: 3000').replace('command_timeout_ms: 2000', 'command_timeout_ms: 8000'));
+  const [a, b] = [await spawnPerch(t, path), await spawnPerch(t, path)];
+  const seen = await monitor(t, redis);
+  const first = get(a, KEY);
+  await waitFor(() => upstream.requests.length === 1);
+  const started = performance.now();
+  const second = get(b, OTHER_KEY);
+  await waitFor(() => [...leaseAsks(seen).values()].some((n) => n >= 2), 10_000);
+  redis.freeze();
+  onCleanup(t, () => redis.thaw());
+  const follower = await second;
+  const ms = performance.now() - started;
+  assert.equal(follower.status, 504);
+  assert.ok(ms < 3000 + 400, `answered after ${Math.round(ms)} ms, miss_deadline_ms 3000`);
+  assert.equal(upstream.requests.length, 1);
+  redis.thaw();
+  assert.equal((await first).status, 504);
+});
