@@ -135,7 +135,13 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     // A memory hit is answered synchronously: no await on the hottest path.
     const served = hit ?? cache.hit(match.request, x.client!);
     if (served !== undefined) return respond(x, served);
-    return cache.fetch(match.request, x.client!, x.trace).then((fetched) => respond(x, fetched));
+    // A flight that waits on another instance's lease for clients that all left stops waiting.
+    // Only a connection that is gone tells: a client's FIN may be a half-close (listener.ts).
+    const left = new AbortController();
+    x.res.once('close', () => {
+      if (!x.res.writableFinished) left.abort();
+    });
+    return cache.fetch(match.request, x.client!, x.trace, left.signal).then((fetched) => respond(x, fetched));
   }
 
   function respond(x: Exchange, served: Served): undefined {

@@ -107,7 +107,15 @@ interface Fetched extends UpstreamAnswer {
   readonly settled?: Promise<void>;
   /** The payer whose own refusal (its budget spent) decided this answer: it is no other key's. */
   readonly refusedPayer?: string;
+  /** Every client of the flight left while it waited on another instance's lease: no answer. */
+  readonly abandoned?: true;
 }
+
+/**
+ * What a request whose client left before its flight had an answer is logged and counted as:
+ * nginx's "client closed request". Nobody receives it.
+ */
+const LEFT = { status: 499, body: Buffer.alloc(0) };
 
 /** Pass-through auth: how a key goes on when no verifier can vouch for it. */
 const REFUSED: Gate = { kind: 'refused' };
@@ -147,11 +155,12 @@ export class ReadThrough {
 
   /**
    * Everything after a memory miss: Redis, a stale entry while one refresh runs, or a fetch.
-   * `trace`: the request's span; a flight's spans hang under its leader's.
+   * `trace`: the request's span; a flight's spans hang under its leader's. `left`: aborted when
+   * the client goes away (see `#join`).
    */
-  async fetch(request: EndpointRequest, client: Client, trace?: TraceSpan): Promise<Served> {
+  async fetch(request: EndpointRequest, client: Client, trace?: TraceSpan, left?: AbortSignal): Promise<Served> {
     const pass = passThrough(client);
-    if (pass !== undefined && !this.#admits(request, pass)) return this.#unverified(request, pass, trace);
+    if (pass !== undefined && !this.#admits(request, pass)) return this.#unverified(request, pass, trace, left);
     const { cache } = this.#deps;
     const local = cache.local(request.path);
     if (local?.fresh === true) return this.#hit(local.entry, 'memory');
@@ -167,7 +176,7 @@ export class ReadThrough {
     if (newest !== undefined && (stale === undefined || newest.entry.storedAt > stale.storedAt)) stale = newest.entry;
     if (stale !== undefined) return this.#revalidate(request, client, stale, trace);
 
-    const { flight, fetched } = await this.#join(request, client, trace);
+    const { flight, fetched } = await this.#join(request, client, trace, left);
     // A key whose refreshes failed lately: this miss's answer ends or extends its backoff.
     if (flight.leader && this.#backoff.tracks(request.path)) this.#learn(request.path, fetched);
     return this.#forwarded(request, fetched, flight.leader);
@@ -203,13 +212,13 @@ export class ReadThrough {
    * its line, never another instance's result read from Redis. Without a turn it is 429, and no
    * call is made.
    */
-  async #unverified(request: EndpointRequest, client: PassThroughClient, trace: TraceSpan | undefined): Promise<Served> {
+  async #unverified(request: EndpointRequest, client: PassThroughClient, trace: TraceSpan | undefined, left: AbortSignal | undefined): Promise<Served> {
     const { upstreams, verifier } = this.#deps.live.current;
     const known = upstreams.known(request);
     if (known !== undefined) return this.#forwarded(request, { ...answerFor(request.endpoint, known, this.#deps.clock.now(), true), stored: false }, true);
     // No verifier: a reload to mode `keys` since the key was read, and no provider's word on it.
     const gate = verifier === undefined ? REFUSED : await verifier.gate(client, request.endpoint);
-    if (gate.kind === 'admitted') return this.fetch(request, client, trace);
+    if (gate.kind === 'admitted') return this.fetch(request, client, trace, left);
     if (gate.kind === 'refused') return this.#forwarded(request, { ...errorAnswer('E401'), stored: false }, true);
     if (gate.kind === 'failed') return this.#forwarded(request, { ...gate.answer, stored: false }, false);
     let fetched: Fetched | undefined;
@@ -233,17 +242,25 @@ export class ReadThrough {
    * flight of its own key's, which can only answer for that key. So a follower waits at most
    * three flights, and a call is charged to the key that leads it, as for every flight.
    */
-  async #join(request: EndpointRequest, client: Client, trace: TraceSpan | undefined): Promise<{ flight: { leader: boolean }; fetched: Fetched }> {
+  async #join(request: EndpointRequest, client: Client, trace: TraceSpan | undefined, left: AbortSignal | undefined): Promise<{ flight: { leader: boolean }; fetched: Fetched }> {
     const pass = passThrough(client);
     const payer = this.#payerOf(client);
     // Keyed by the key's purge generation: a request arriving after a purge of it never joins a
     // flight that began before (its answer may predate the purge), it starts or joins a newer one.
     const epoch = this.#epoch(request.path);
     const shared = pass === undefined ? `${epoch}\n${request.path}` : `${epoch}\n${pass.digest}\n${request.path}`;
+    // The request's own deadline: a flight it leads after riding on another key's refusal has
+    // only what is left of it, as the client has waited all along.
+    const deadline = performance.now() + this.#deps.live.current.config.server.miss_deadline_ms;
     for (let round = 0; ; round++) {
       const key = round < 2 ? shared : `${payer.id}\n${shared}`;
-      const flight = this.#flights.run(key, () => this.#fetchAndStore(request, pass, payer, trace));
+      const flight = this.#flights.run(key, (stop) => this.#fetchAndStore(request, pass, payer, trace, undefined, stop, deadline), left);
       const fetched = await flight.promise;
+      // Joined as the flight's last clients left: it was ended for nobody, and this one still waits.
+      if (fetched.abandoned === true && left?.aborted !== true) {
+        round--;
+        continue;
+      }
       if (flight.leader || fetched.refusedPayer === undefined || fetched.refusedPayer === payer.id) return { flight, fetched };
     }
   }
@@ -348,8 +365,21 @@ export class ReadThrough {
    * Redis, another instance may already be fetching the same key: then its result is used.
    * `client`: pass-through auth, whose key is the call's credential. `previous`: the entry the
    * answer replaces, where one is known (a refresh), which dates it (see `modification`).
+   * `stop`: aborted once every client of the flight left; a flight still waiting on another
+   * instance's lease then ends without a call. `deadline` (on `performance.now()`): the leading
+   * request's, `server.miss_deadline_ms` from when it began; time spent waiting on another
+   * instance's lease is time the client waited too, so a lease freed without an answer leaves
+   * this flight only the rest.
    */
-  async #fetchAndStore(request: EndpointRequest, client: PassThroughClient | undefined, payer: Payer, trace: TraceSpan | undefined, previous?: CacheEntry): Promise<Fetched> {
+  async #fetchAndStore(
+    request: EndpointRequest,
+    client: PassThroughClient | undefined,
+    payer: Payer,
+    trace: TraceSpan | undefined,
+    previous?: CacheEntry,
+    stop?: AbortSignal,
+    deadline = performance.now() + this.#deps.live.current.config.server.miss_deadline_ms,
+  ): Promise<Fetched> {
     const { sharedFlights, cache } = this.#deps;
     const { config } = this.#deps.live.current;
     // Before anything is awaited: a purge observed from here on keeps this flight's answer out of
@@ -359,10 +389,8 @@ export class ReadThrough {
     // Nothing of this endpoint is stored (TTL 0): no other instance can be spared a call, so none
     // waits on this one's lease.
     const leased = sharedFlights !== undefined && config.cache.ttl_seconds[request.endpoint] > 0;
-    // The miss's deadline runs from here: time spent waiting on another instance's lease is time
-    // the client waited too, so a lease freed without an answer leaves this one only the rest.
-    const deadline = performance.now() + config.server.miss_deadline_ms;
-    const claim = leased ? await sharedFlights.claim(request.path, stamp, config.server.miss_deadline_ms, deadline) : undefined;
+    const claim = leased ? await sharedFlights.claim(request.path, stamp, config.server.miss_deadline_ms, deadline, stop) : undefined;
+    if (claim?.kind === 'left') return { ...LEFT, stored: false, abandoned: true };
     if (claim?.kind === 'entry') return { status: claim.entry.status, body: claim.entry.body, entry: claim.entry, stored: false, viaRedis: true };
     if (claim?.kind === 'answer') return { status: claim.status, body: claim.body, stored: false, viaRedis: true };
     let settled: Promise<void> | undefined;

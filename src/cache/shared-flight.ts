@@ -33,10 +33,30 @@ const HANDED_404 = '404\n';
 /** How long a handed-off answer waits for the instances that waited on the lease: a few polls. */
 const HAND_OFF_MS = 5 * POLL_MS;
 
+/** What `by` gives for a call still unanswered at the deadline. */
+const LATE = Symbol('late');
+
+/**
+ * `call`'s answer, or LATE once `deadline` (on `performance.now()`) passes first: each Redis call
+ * may take `command_timeout_ms`, which must not stretch the miss's deadline.
+ */
+async function by<T>(call: Promise<T>, deadline: number): Promise<T | typeof LATE> {
+  if (deadline === Infinity) return call;
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<typeof LATE>((resolve) => (timer = setTimeout(resolve, Math.max(0, deadline - performance.now()), LATE)));
+  try {
+    return await Promise.race([call, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** What to do about a miss every instance may be having at once. */
 export type Claim =
   | { readonly kind: 'entry'; readonly entry: CacheEntry }
   | { readonly kind: 'answer'; readonly status: 404; readonly body: Buffer }
+  /** Every client of the flight left while it waited: nobody is left to fetch for. */
+  | { readonly kind: 'left' }
   /** `release`: with the leader's 404 when nothing stored it, handed to the waiting instances. */
   | { readonly kind: 'fetch'; readonly release: (unstored404?: Buffer) => void };
 
@@ -68,8 +88,10 @@ export class SharedFlights {
    * of waiting on one begun before the purge, whose answer will not be stored.
    * `deadlineMs`: how long the leader may work on the miss (`server.miss_deadline_ms`).
    * `until`: the caller's own deadline (on `performance.now()`), past which it waits no more.
+   * `stop`: aborted when nobody waits for the flight any more; it then waits no more either, and
+   * takes no lease, as its call would be for nobody.
    */
-  async claim(key: string, generation: Generation, deadlineMs: number, until = Infinity): Promise<Claim> {
+  async claim(key: string, generation: Generation, deadlineMs: number, until = Infinity, stop?: AbortSignal): Promise<Claim> {
     const leaseMs = deadlineMs + LEASE_MARGIN_MS;
     const lockKey = `${this.#prefix}lock:${generation.all}.${generation.scope}:${key}`;
     const token = randomUUID();
@@ -78,7 +100,18 @@ export class SharedFlights {
       const release = (unstored404?: Buffer) => this.#release(lockKey, token, unstored404);
       // The holder's value comes back when the lease is taken, null when it was free and is ours.
       const first = attempt === 0 ? 1 : 0;
-      const held = await this.#guard.run('lease', lockKey, (client) => client.eval(CLAIM_SCRIPT, 1, lockKey, token, leaseMs, first, HANDED_404) as Promise<string | null>);
+      const asked = this.#guard.run('lease', lockKey, (client) => client.eval(CLAIM_SCRIPT, 1, lockKey, token, leaseMs, first, HANDED_404) as Promise<string | null>);
+      const held = await by(asked, deadline);
+      // Past the deadline with the ask unanswered (a stalled Redis): the lease may still be
+      // taken when Redis resumes, so it is given back after it, on the same connection.
+      if (held === LATE) {
+        release();
+        return { kind: 'fetch', release: () => {} };
+      }
+      if (stop?.aborted === true) {
+        if (typeof held !== 'string') release();
+        return { kind: 'left' };
+      }
       // undefined: Redis did not answer, so nobody can be waited for. The SET may still run
       // later (a stalled Redis works through its queue when it resumes); releasing with our token
       // afterwards, on the same connection and so in order, keeps it from orphaning the key.
@@ -87,14 +120,15 @@ export class SharedFlights {
       if (held === null) {
         // Another instance may have stored and released between our last look and the lease,
         // even on the first attempt: one more read costs far less than a second upstream call.
-        const found = await this.#cache.remote(key);
-        if (found?.fresh !== true) return { kind: 'fetch', release };
+        const found = await by(this.#cache.remote(key), deadline);
+        if (found === LATE || found?.fresh !== true) return { kind: 'fetch', release };
         release();
         return { kind: 'entry', entry: found.entry };
       }
       if (performance.now() >= deadline) return { kind: 'fetch', release: () => {} };
       await sleep(POLL_MS);
-      const found = await this.#cache.remote(key);
+      const found = await by(this.#cache.remote(key), deadline);
+      if (found === LATE) return { kind: 'fetch', release: () => {} };
       if (found?.fresh === true) return { kind: 'entry', entry: found.entry };
     }
   }

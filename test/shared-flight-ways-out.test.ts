@@ -1,0 +1,300 @@
+import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { join } from 'node:path';
+import { test, type TestContext } from 'node:test';
+import { connect } from 'node:net';
+import { Redis } from 'ioredis';
+import { onCleanup } from './helpers/cleanup.js';
+import { KEY, metric, OTHER_KEY, testConfig, v1, waitFor } from './helpers/perch.js';
+import { spawnPerch, type PerchProcess } from './helpers/perch-process.js';
+import { startRedis, type TestRedis } from './helpers/redis-server.js';
+import { json, sampleProvider, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
+import { tempDir } from './helpers/temp-dir.js';
+
+// The ways out of a miss that another request holds the flight of, over real processes: a
+// client that leaves while its instance waits on another instance's lease, and a second key
+// asking while the first key's miss holds the flight, on the same instance and on another.
+
+/** The lease of /v1/users/1 before any purge (shared-flight.ts). */
+const LEASE = 'lock:0.0:/v1/users/1';
+
+/**
+ * alpha pays from a budget of 5 calls a day, bravo from one of its own: each key's standing
+ * shows in its `RateLimit` field. Both keys' buckets hold 100.
+ */
+function yaml(redis: TestRedis, upstream: TestUpstream): string {
+  return testConfig(v1('main', upstream.url, 'timeout_ms: 4000, retries: 0'), `cache: { stale_seconds: 0, ttl_seconds: { user: 300 }, redis: { url: "${redis.url}", prefix: "w:", command_timeout_ms: 2000 } }`)
+    .replace('port: 0 }', 'port: 0, miss_deadline_ms: 5000 }')
+    .replace('plan: big }', 'plan: metered }')
+    .replace('plan: big }', 'plan: metered }')
+    .replace('rate_limits:\n', 'rate_limits:\n  metered: { capacity: 100, refill_per_second: 0.001, provider_calls: { limit: 5, window: day } }\n');
+}
+
+async function instances(t: TestContext, redis: TestRedis, upstream: TestUpstream, count: number): Promise<PerchProcess[]> {
+  const path = join(tempDir(t, 'perch-flight-'), 'perch.yaml');
+  writeFileSync(path, yaml(redis, upstream));
+  const started: PerchProcess[] = [];
+  for (let i = 0; i < count; i++) started.push(await spawnPerch(t, path));
+  return started;
+}
+
+/** A provider that holds every call until the test answers it. */
+function holding(upstream: TestUpstream): Array<{ req: IncomingMessage; res: ServerResponse }> {
+  const held: Array<{ req: IncomingMessage; res: ServerResponse }> = [];
+  upstream.behaviour = (req, res) => void held.push({ req, res });
+  return held;
+}
+
+/**
+ * Every command Redis runs, with the client address it came from (`MONITOR` on a socket of its
+ * own): which instance asked for a lease, and when.
+ */
+async function monitor(t: TestContext, redis: TestRedis): Promise<Array<{ args: string[]; source: string }>> {
+  const seen: Array<{ args: string[]; source: string }> = [];
+  const socket = connect(redis.port, '127.0.0.1');
+  onCleanup(t, () => void socket.destroy());
+  let pending = '';
+  let ready = false;
+  socket.on('data', (data: Buffer) => {
+    pending += data.toString('utf8');
+    const lines = pending.split('\r\n');
+    pending = lines.pop()!;
+    for (const line of lines) {
+      if (line === '+OK') ready = true;
+      const source = /^\+[\d.]+ \[\d+ ([^\]]+)\]/.exec(line)?.[1];
+      if (source !== undefined) seen.push({ source, args: [...line.matchAll(/"((?:[^"\\]|\\.)*)"/g)].map((m) => m[1]!) });
+    }
+  });
+  socket.write('MONITOR\r\n');
+  await waitFor(() => ready);
+  return seen;
+}
+
+/** The lease asks (the claim script) Redis ran, per client address. */
+function leaseAsks(seen: ReadonlyArray<{ args: string[]; source: string }>): Map<string, number> {
+  const asks = new Map<string, number>();
+  for (const { args, source } of seen) if (args[0]?.toLowerCase() === 'eval' && args[3]?.endsWith(LEASE) === true && args[2] === '1' && args.length === 8) asks.set(source, (asks.get(source) ?? 0) + 1);
+  return asks;
+}
+
+/** The flights that asked for the lease, per client address: each asks first with ARGV[3] 1. */
+function flightsBegun(seen: ReadonlyArray<{ args: string[]; source: string }>, source: string): number {
+  return seen.filter(({ args, source: from }) => from === source && args[0]?.toLowerCase() === 'eval' && args[3]?.endsWith(LEASE) === true && args[6] === '1').length;
+}
+
+/** How many `command`s of /v1/users/1's entry `source` ran. */
+function commands(seen: ReadonlyArray<{ args: string[]; source: string }>, source: string, command: string): number {
+  return seen.filter(({ args, source: from }) => from === source && args[0]?.toLowerCase() === command && args[1]?.endsWith(':/v1/users/1') === true).length;
+}
+
+/** The access lines an instance wrote so far. */
+function accessLines(perch: PerchProcess): Array<Record<string, unknown>> {
+  return perch
+    .stdout()
+    .split('\n')
+    .filter((line) => line.includes('"msg":"request"'))
+    .map((line) => JSON.parse(line) as Record<string, unknown>);
+}
+
+function get(perch: PerchProcess, key: string): Promise<Response> {
+  return fetch(`${perch.url}/v1/users/1`, { headers: { 'x-api-key': key } });
+}
+
+/**
+ * A request whose client goes away at `leave()` with a reset: a FIN alone would be a half-close,
+ * which perch still answers (listener.ts).
+ */
+async function leaving(perch: PerchProcess, key: string): Promise<{ leave(): void }> {
+  const { hostname, port } = new URL(perch.url);
+  const socket = connect(Number(port), hostname);
+  socket.on('error', () => {});
+  await new Promise((resolve) => socket.once('connect', resolve));
+  socket.write(`GET /v1/users/1 HTTP/1.1\r\nHost: perch\r\nx-api-key: ${key}\r\n\r\n`);
+  return { leave: () => void socket.resetAndDestroy() };
+}
+
+/** The `RateLimit` field's remaining counts: the key's bucket, then its provider budget. */
+function standing(response: Response): string {
+  return (response.headers.get('ratelimit') ?? '').replace(/;t=\d+/g, '');
+}
+
+test("a client that leaves while its instance waits on another instance's lease: that instance stops waiting and calls nobody", { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const [a, b] = await instances(t, redis, upstream, 2);
+  const seen = await monitor(t, redis);
+  const held = holding(upstream);
+  const leader = get(a!, KEY);
+  await waitFor(() => held.length === 1);
+  const gone = await leaving(b!, OTHER_KEY);
+  // B asks for the lease on its first look, then again at every poll: polling, it asked twice.
+  await waitFor(() => [...leaseAsks(seen).values()].some((n) => n >= 2), 10_000);
+  const poller = [...leaseAsks(seen)].find(([, n]) => n >= 2)![0];
+  gone.leave();
+  // B lets go of the flight: its access line is written once it stopped waiting, with no call.
+  await waitFor(() => accessLines(b!).length === 1, 10_000);
+  const polls = leaseAsks(seen).get(poller)!;
+  // The holder's call fails: the lease is freed without an answer, which no waiting B takes up.
+  upstream.behaviour = sampleProvider;
+  json(503, { error: 'down' })(held[0]!.req, held[0]!.res);
+  assert.equal((await leader).status, 502);
+  await waitFor(async () => (await leaseHeld(redis)) === false);
+  // The next request on B leads a flight of its own: nothing of the one that was left runs on.
+  const next = await get(b!, KEY);
+  assert.deepEqual([next.status, next.headers.get('cache-status')], [200, 'perch; fwd=miss; stored']);
+  assert.equal(upstream.requests.length, 2);
+  assert.ok(leaseAsks(seen).get(poller)! <= polls + 1, 'B asked for the lease again only for its next request');
+  const line = accessLines(b!)[0]!;
+  assert.deepEqual([line.key_id, line.status, line.cache, line.upstream_call], ['bravo', 499, 'miss', false]);
+  assert.equal(await metric(b!, 'perch_key_upstream_calls_total{key_id="bravo",upstream="main"}'), undefined, 'bravo paid for no call');
+});
+
+/** Whether any instance holds the lease of /v1/users/1. */
+async function leaseHeld(redis: TestRedis): Promise<boolean> {
+  const client = new Redis(redis.url);
+  try {
+    return (await client.keys(`*${LEASE}`)).length > 0;
+  } finally {
+    client.disconnect();
+  }
+}
+
+test("a client that leaves while others on its instance wait on another instance's lease: they still get the answer, from one call", { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const [a, b] = await instances(t, redis, upstream, 2);
+  const seen = await monitor(t, redis);
+  const held = holding(upstream);
+  const leader = get(a!, KEY);
+  await waitFor(() => held.length === 1);
+  const gone = await leaving(b!, OTHER_KEY);
+  await waitFor(() => [...leaseAsks(seen).values()].some((n) => n >= 2), 10_000);
+  const poller = [...leaseAsks(seen)].find(([, n]) => n >= 2)![0];
+  const stays = get(b!, KEY);
+  // It joins B's flight once it read the entry's absence from Redis. Each of B's asks for the
+  // lease is followed by one such read, and the leaving request read once before its first: a
+  // read more than that is the new request's.
+  await waitFor(() => commands(seen, poller, 'get') >= leaseAsks(seen).get(poller)! + 2, 10_000);
+  gone.leave();
+  // B saw the reset before a request sent after it, and polled twice since: had the leaving
+  // client ended the flight, B would have begun another by now.
+  await fetch(`${b!.url}/healthz`);
+  const asked = leaseAsks(seen).get(poller)!;
+  await waitFor(() => leaseAsks(seen).get(poller)! >= asked + 2);
+  sampleProvider(held[0]!.req, held[0]!.res);
+  const [first, second] = [await leader, await stays];
+  assert.deepEqual([first.status, first.headers.get('cache-status')], [200, 'perch; fwd=miss; stored']);
+  assert.deepEqual([second.status, second.headers.get('cache-status')], [200, 'perch; fwd=miss; collapsed; detail=redis']);
+  assert.equal(await second.text(), await first.text());
+  assert.equal(upstream.requests.length, 1);
+  assert.equal(flightsBegun(seen, poller), 1, 'the client that stayed kept the flight going: B never began another');
+  assert.equal(await metric(b!, 'perch_key_upstream_calls_total{key_id="bravo",upstream="main"}'), undefined);
+  assert.equal(await metric(b!, 'perch_key_upstream_calls_total{key_id="alpha",upstream="main"}'), undefined);
+});
+
+test("a second key asking while the first key's miss holds the flight on the same instance rides on its call: each key's bucket pays, only the first key's budget", { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const [a] = await instances(t, redis, upstream, 1);
+  const seen = await monitor(t, redis);
+  const held = holding(upstream);
+  const first = get(a!, KEY);
+  await waitFor(() => held.length === 1);
+  const reads = seen.length;
+  const second = get(a!, OTHER_KEY);
+  // The second request looked in Redis for the entry; then it joins the flight in the same turn.
+  await waitFor(() => seen.slice(reads).some(({ args }) => args[0]?.toLowerCase() !== 'eval' && args.some((arg) => arg.includes('/v1/users/1'))), 10_000);
+  sampleProvider(held[0]!.req, held[0]!.res);
+  const [alpha, bravo] = [await first, await second];
+  assert.deepEqual([alpha.status, alpha.headers.get('cache-status')], [200, 'perch; fwd=miss; stored']);
+  assert.deepEqual([bravo.status, bravo.headers.get('cache-status')], [200, 'perch; fwd=miss; collapsed; stored']);
+  assert.equal(upstream.requests.length, 1);
+  assert.deepEqual([standing(alpha), standing(bravo)], ['"metered";r=99, "provider";r=4', '"metered";r=99, "provider";r=5']);
+  await waitFor(() => accessLines(a!).length === 2);
+  assert.deepEqual(
+    accessLines(a!).map((l) => [l.key_id, l.cache, l.upstream_call]).sort(),
+    [['alpha', 'miss', true], ['bravo', 'coalesced', false]],
+  );
+  assert.equal(await metric(a!, 'perch_key_upstream_calls_total{key_id="alpha",upstream="main"}'), 1);
+  assert.equal(await metric(a!, 'perch_key_upstream_calls_total{key_id="bravo",upstream="main"}'), undefined);
+  assert.equal(await metric(a!, 'perch_key_upstream_calls_saved_total{key_id="bravo",reason="coalesced"}'), 1);
+});
+
+test("a second key asking on another instance while the first key's miss holds the lease waits for it: one call, the first key's", { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const [a, b] = await instances(t, redis, upstream, 2);
+  const seen = await monitor(t, redis);
+  const held = holding(upstream);
+  const first = get(a!, KEY);
+  await waitFor(() => held.length === 1);
+  const second = get(b!, OTHER_KEY);
+  await waitFor(() => [...leaseAsks(seen).values()].some((n) => n >= 2), 10_000);
+  sampleProvider(held[0]!.req, held[0]!.res);
+  const [alpha, bravo] = [await first, await second];
+  assert.deepEqual([alpha.status, alpha.headers.get('cache-status')], [200, 'perch; fwd=miss; stored']);
+  assert.deepEqual([bravo.status, bravo.headers.get('cache-status')], [200, 'perch; fwd=miss; collapsed; detail=redis']);
+  assert.equal(await bravo.text(), await alpha.text());
+  assert.equal(upstream.requests.length, 1);
+  assert.deepEqual([standing(alpha), standing(bravo)], ['"metered";r=99, "provider";r=4', '"metered";r=99, "provider";r=5']);
+  await waitFor(() => accessLines(b!).length === 1);
+  assert.deepEqual(accessLines(b!).map((l) => [l.key_id, l.cache, l.upstream_call]), [['bravo', 'coalesced', false]]);
+  assert.equal(await metric(b!, 'perch_key_upstream_calls_total{key_id="bravo",upstream="main"}'), undefined);
+  assert.equal(await metric(b!, 'perch_key_upstream_calls_saved_total{key_id="bravo",reason="coalesced"}'), 1);
+  assert.equal(await metric(a!, 'perch_key_upstream_calls_total{key_id="alpha",upstream="main"}'), 1);
+});
+
+test("a second key whose flight ended in the first key's refusal leads the next one within its own miss_deadline_ms", { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  // The provider never answers: each call ends at its timeout.
+  const upstream = await startUpstream(t, () => undefined);
+  const path = join(tempDir(t, 'perch-flight-'), 'perch.yaml');
+  // alpha's budget pays one call: its failover is refused, and so its flight answers alpha alone.
+  const backup = v1('backup', upstream.url, 'timeout_ms: 1500, retries: 0');
+  writeFileSync(
+    path,
+    yaml(redis, upstream)
+      .replace('timeout_ms: 4000, retries: 0 }', `timeout_ms: 1500, retries: 0 }\n  ${backup}\nroutes: { user: [main, backup] }`)
+      .replace('miss_deadline_ms: 5000', 'miss_deadline_ms: 3000')
+      .replace('limit: 5,', 'limit: 1,')
+      .replace(`{ id: bravo, key: "${OTHER_KEY}", plan: metered }`, `{ id: bravo, key: "${OTHER_KEY}", plan: big }`),
+  );
+  const a = await spawnPerch(t, path);
+  const seen = await monitor(t, redis);
+  const first = get(a, KEY);
+  await waitFor(() => upstream.requests.length === 1);
+  const reads = seen.length;
+  const started = performance.now();
+  const second = get(a, OTHER_KEY);
+  await waitFor(() => seen.slice(reads).some(({ args }) => args[0]?.toLowerCase() === 'get' && args[1]?.endsWith(':/v1/users/1') === true), 10_000);
+  assert.equal((await first).status, 429, "alpha's failover: its budget is spent");
+  const bravo = await second;
+  const ms = performance.now() - started;
+  assert.equal(bravo.status, 504);
+  assert.ok(ms < 3000 + 400, `answered after ${Math.round(ms)} ms, miss_deadline_ms 3000`);
+});
+
+test("a miss waiting on another instance's lease answers at its deadline though Redis froze under it", { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  // The provider never answers; Redis's commands may take longer than the whole deadline.
+  const upstream = await startUpstream(t, () => undefined);
+  const path = join(tempDir(t, 'perch-flight-'), 'perch.yaml');
+  writeFileSync(path, yaml(redis, upstream).replace('miss_deadline_ms: 5000', 'miss_deadline_ms: 3000').replace('command_timeout_ms: 2000', 'command_timeout_ms: 8000'));
+  const [a, b] = [await spawnPerch(t, path), await spawnPerch(t, path)];
+  const seen = await monitor(t, redis);
+  const first = get(a, KEY);
+  await waitFor(() => upstream.requests.length === 1);
+  const started = performance.now();
+  const second = get(b, OTHER_KEY);
+  await waitFor(() => [...leaseAsks(seen).values()].some((n) => n >= 2), 10_000);
+  redis.freeze();
+  onCleanup(t, () => redis.thaw());
+  const follower = await second;
+  const ms = performance.now() - started;
+  assert.equal(follower.status, 504);
+  assert.ok(ms < 3000 + 400, `answered after ${Math.round(ms)} ms, miss_deadline_ms 3000`);
+  assert.equal(upstream.requests.length, 1);
+  redis.thaw();
+  assert.equal((await first).status, 504);
+});
