@@ -90,7 +90,7 @@ export function capsDuring(h: History, u: 'v1' | 'x', from: number, to: number, 
 }
 
 /** Faults that take Redis from every instance at once. */
-const FLEET_OUTAGES = new Set(['redis-kill', 'redis-freeze']);
+const FLEET_OUTAGES = new Set(['redis-kill', 'redis-restart', 'redis-freeze']);
 /**
  * Faults that take it from one instance: its relay cut or held, its process (re)started, not
  * connected at once, or its guard's own switch to memory that its log shows (`guard-down`).
@@ -125,7 +125,7 @@ function processesOf(h: History, i: number): number {
  * key's budget), for `calls` in one window, `trouble` the faults around it. Each process keeps
  * `a = max(1, floor(limit x share))` on its own, counting what it had spent (rᵢ, its calls in
  * the window before the fault) and goes on from it:
- * - Redis away from all (killed, frozen): `max(limit, Σ max(rᵢ, a))`, an instance of w
+ * - Redis away from all (killed, restarted, frozen): `max(limit, Σ max(rᵢ, a))`, an instance of w
  *   processes adding at most `max(rᵢ, a) + (w - 1) a` (its rᵢ split among them as worst);
  * - away from one instance (its connection cut or held, its process restarted: not connected
  *   at once, its memory empty): the others go on through Redis, and it adds `max(rᵢ, a) - rᵢ`

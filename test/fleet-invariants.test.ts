@@ -89,6 +89,10 @@ describe('fleet invariants', () => {
     const before = [call(0, { inst: 0 }), call(500, { inst: 0 })];
     assert.equal(names(providerRate, history({ procs: [STARTED], faults: [redisKill(600)], calls: [...before, call(800, { inst: 1 })] })).count, 0);
     assert.deepEqual(names(providerRate, history({ procs: [STARTED], faults: [redisKill(600)], calls: [...before, call(780, { inst: 0 }), call(800, { inst: 1 })] })), { count: 1, open: [undefined] });
+    // Restarted with its data: its writes paused, saved and killed first, away from all the same.
+    const restart: FaultEvent = { t: 'fault', kind: 'redis-restart', at: 600, until: 1500 };
+    assert.equal(names(providerRate, history({ procs: [STARTED], faults: [restart], calls: [...before, call(800, { inst: 1 })] })).count, 0);
+    assert.equal(names(providerRate, history({ procs: [STARTED], faults: [restart], calls: [...before, call(780, { inst: 0 }), call(800, { inst: 1 })] })).count, 1);
   });
 
   it('providerQuota: 5 calls in 10 s pass a quota of 5, a sixth is caught', () => {
