@@ -81,7 +81,10 @@ export function drawShape(prng: Prng, seed: number, instances: number, perch: st
     budgetPrefix: '/v1/users/77',
   };
   // Short queue timeouts beside batch windows: where waiting for company meets the queue bound.
-  return { run, batchWindowMs: prng.pick([0, 5, 20, 50]), queueTimeoutMs: prng.pick([0, 10, 200, 1000]), verifyTtl: prng.pick([2, 3, 5]) };
+  const batchWindowMs = prng.pick([0, 5, 20, 50]);
+  const queueTimeoutMs = prng.pick([0, 10, 200, 1000]);
+  const verifyTtl = prng.pick([2, 3, 5]);
+  return { run: { ...run, verifyTtl }, batchWindowMs, queueTimeoutMs, verifyTtl };
 }
 
 /** What a SIGHUP may change beyond caps and TTL, and the instance's metrics port. */

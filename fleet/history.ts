@@ -36,6 +36,8 @@ export interface RunEvent {
   readonly graceMs: number;
   /** Paths only the key `budget` asks for, so every call for them is charged to it. */
   readonly budgetPrefix: string;
+  /** Pass-through: `auth.verify_ttl_seconds` (absent from older histories: read as 2, the least drawn). */
+  readonly verifyTtl?: number;
 }
 
 /** A SIGHUP's new caps and TTL, sent to every instance at `at`. */

@@ -589,6 +589,32 @@ export function upstreamOf(h: History, path: string): 'v1' | 'x' {
   return h.run.batch && /^\/v1\/(users\/\d+|users\/by\/username\/[^/?]+|tweets\/\d+)(\?|$)/.test(path) ? 'x' : 'v1';
 }
 
+/** The spec's endpoint of a path (without its query): a pass-through verdict holds for one. */
+export function endpointOf(resource: string): string {
+  if (resource.startsWith('/v1/users/by/username/')) return 'username';
+  const sub = /^\/v1\/users\/\d+\/(\w+)$/.exec(resource);
+  if (sub !== null) return sub[1]!;
+  return /^\/v1\/tweets\//.test(resource) ? 'tweet' : 'user';
+}
+
+/** The client key whose secret a pass-through call carried (the fleet's `fleet-genuine-<key>-<n>`). */
+function keyOfCred(cred: string): string | undefined {
+  return /^fleet-genuine-(.+)-\d+$/.exec(cred)?.[1];
+}
+
+/**
+ * docs/upstreams.md "What the cache serves to a key": the provider's latest verdict on `key` for
+ * `endpoint` at `at` is an acceptance (a 200 or its own 404 to a call with the key there; no 401
+ * for the key, or 403 there, since) given less than twice `verify_ttl_seconds` before, with half
+ * a second for the verdict to reach every instance through Redis.
+ */
+function acceptedOn(h: History, key: string, endpoint: string, at: number): boolean {
+  const ttlMs = (h.run.verifyTtl ?? 2) * 1000;
+  const verdicts = h.calls.filter((c) => c.end < at && keyOfCred(c.cred) === key && (c.status === 401 || endpointOf(resourceOf(c.path)) === endpoint) && [200, 404, 401, 403].includes(c.status));
+  const latest = verdicts.at(-1);
+  return latest !== undefined && (latest.status === 200 || latest.status === 404) && at - latest.end < 2 * ttlMs - 500;
+}
+
 /**
  * A 429 perch gives on the provider's behalf (the cache was asked: Cache-Status is set) only when
  * something was over: the call cap, the quota, max_concurrent, a stop, the key's budget, a breaker.
@@ -620,15 +646,13 @@ function quotaShareSpent(h: History, r: RequestEvent, caps: Caps, calls: readonl
 
 export const refusalOnlyOverCap: Invariant = {
   name: 'refusalOnlyOverCap',
-  bound: 'a provider-side 429 only when, around it, calls filled seven tenths of the cap (in the second before and while it waited), the quota or max_concurrent, its instance\'s share of the quota in a quota window after the fleet\'s start or a Redis restart, or a stop, a budget, a provider failure or a Redis fault was there; in pass-through, to a key the provider accepted before',
+  bound: 'a provider-side 429 only when, around it, calls filled seven tenths of the cap (in the second before and while it waited), the quota or max_concurrent, its instance\'s share of the quota in a quota window after the fleet\'s start or a Redis restart, or a stop, a budget, a provider failure or a Redis fault was there; in pass-through, to a key whose latest verdict on the endpoint is an acceptance less than twice verify_ttl_seconds old',
   check: (h) => {
     const out: Violation[] = [];
-    // Pass-through: a key the provider has not accepted yet may be refused a verifying call.
-    const acceptedAt = new Map<string, number>();
-    for (const r of h.requests) if ((r.status === 200 || r.status === 304) && r.done < (acceptedAt.get(r.key) ?? Infinity)) acceptedAt.set(r.key, r.done);
     for (const r of h.requests) {
       if (r.status !== 429 || rateLimited(r) || r.key === 'budget') continue;
-      if (h.run.passThrough && !((acceptedAt.get(r.key) ?? Infinity) < r.sent)) continue;
+      // Pass-through: a key the provider has not accepted there lately may be refused a verifying call.
+      if (h.run.passThrough && !acceptedOn(h, r.key, endpointOf(resourceOf(r.path)), r.sent)) continue;
       const from = r.sent - 1000;
       // A failing provider may be shed for a throttle window (10 s by default) after; a 429's stop lasts its Retry-After.
       const providerFaults = h.faults.filter((f) => f.kind.startsWith('provider') && f.at <= r.done && f.until + (f.kind === 'provider-limit' ? 6000 : f.kind === 'provider-slow' || f.kind === 'provider-reject' ? 2000 : 15_000) >= from);
@@ -662,18 +686,17 @@ export const refusalOnlyOverCap: Invariant = {
  */
 export const acceptedKeyReadsCache: Invariant = {
   name: 'acceptedKeyReadsCache',
-  bound: 'in pass-through, no 429 to a key the provider accepted for a path without a query the provider answered 200 less than the TTL (the smallest a SIGHUP set, less 0.5 s) before, with no purge of it, no Redis fault and no provider 429 since',
+  bound: 'in pass-through, no 429 to a key whose latest verdict on the endpoint is an acceptance less than twice verify_ttl_seconds (less 0.5 s) old, for a path without a query the provider answered 200 less than the TTL (the smallest a SIGHUP set, less 0.5 s) before, with no purge of it, no Redis fault and no provider 429 since',
   check: (h) => {
     if (!h.run.passThrough) return [];
     const out: Violation[] = [];
-    const acceptedAt = new Map<string, number>();
-    for (const r of h.requests) if ((r.status === 200 || r.status === 304) && r.done < (acceptedAt.get(r.key) ?? Infinity)) acceptedAt.set(r.key, r.done);
     for (const r of h.requests) {
-      if (r.status !== 429 || rateLimited(r) || r.key === 'madeup' || !((acceptedAt.get(r.key) ?? Infinity) < r.sent)) continue;
+      if (r.status !== 429 || rateLimited(r) || r.key === 'madeup') continue;
       // The stand-in knows calls by path alone: which page (`cursor`) or size (`count`) it
       // answered is not in the history, so only a request without a query is known to be cached.
       if (r.path.includes('?')) continue;
       const res = resourceOf(r.path);
+      if (!acceptedOn(h, r.key, endpointOf(res), r.sent)) continue;
       const ttl = Math.min(h.run.ttl, ...h.configs.filter((c) => c.at <= r.sent).map((c) => c.ttl));
       const fresh = h.calls.find((c) => c.status === 200 && c.resources.includes(res) && c.end < r.sent && r.sent < c.end + ttl * 1000 - 500);
       if (fresh === undefined) continue;

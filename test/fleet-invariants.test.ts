@@ -331,16 +331,33 @@ describe('fleet invariants', () => {
   });
 
   it('acceptedKeyReadsCache: in pass-through an accepted key is not refused what the cache holds fresh', () => {
-    const pt = { run: { passThrough: true, ttl: 5 }, procs: [STARTED] };
+    const pt = { run: { passThrough: true, ttl: 5, verifyTtl: 2 }, procs: [STARTED] };
+    // Key alpha's own call on the endpoint is the provider's verdict on it there.
+    const alpha = 'fleet-genuine-alpha-1234567';
+    const verdict = call(0, { cred: alpha });
     const refused = req(3000, { status: 429, cache: 'perch; fwd=miss' });
-    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [call(0)], requests: [req(100), refused] })).length, 1);
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [verdict], requests: [req(100), refused] })).length, 1);
     // Not yet accepted, past the TTL, or purged: no promise.
     assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [call(0)], requests: [refused] })).length, 0);
-    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [call(0)], requests: [req(100), req(6000, { status: 429, cache: 'perch; fwd=miss' })] })).length, 0);
-    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [call(0)], purges: [purge(2000)], requests: [req(100), refused] })).length, 0);
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [verdict], requests: [req(100), req(6000, { status: 429, cache: 'perch; fwd=miss' })] })).length, 0);
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [verdict], purges: [purge(2000)], requests: [req(100), refused] })).length, 0);
     // Another page of the path: the stand-in's calls do not say which page they answered.
     const page = req(3000, { status: 429, cache: 'perch; fwd=miss', path: '/v1/users/1?cursor=b' });
-    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [call(0)], requests: [req(100), page] })).length, 0);
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [verdict], requests: [req(100), page] })).length, 0);
+    // The acceptance is a verdict per endpoint, for twice verify_ttl_seconds, until a 401 ends it.
+    const tweet = call(0, { cred: alpha, path: '/v1/tweets/5', resources: ['/v1/tweets/5'] });
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [tweet, call(0)], requests: [req(100), refused] })).length, 0, 'accepted on another endpoint only');
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, run: { ...pt.run, verifyTtl: 1 }, calls: [verdict], requests: [req(100), refused] })).length, 0, 'the acceptance lapsed');
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [verdict, call(1000, { cred: alpha, path: '/v1/tweets/5', status: 401 })], requests: [req(100), refused] })).length, 0, 'rejected since');
+  });
+
+  it('refusalOnlyOverCap: in pass-through a key accepted on the endpoint fails the run when refused with nothing over', () => {
+    const pt = { run: { passThrough: true, verifyTtl: 2 }, procs: [STARTED] };
+    const refused = req(3000, { status: 429, cache: 'perch; fwd=miss' });
+    const verdict = (path: string) => call(500, { cred: 'fleet-genuine-alpha-1234567', path, resources: [path], inst: 1 });
+    assert.deepEqual(refusalOnlyOverCap.check(history({ ...pt, calls: [verdict('/v1/users/2')], requests: [refused] })).map((v) => v.advisory), [undefined]);
+    // Accepted on another endpoint only: its request here is a verifying call, which may find no turn.
+    assert.equal(refusalOnlyOverCap.check(history({ ...pt, calls: [verdict('/v1/tweets/5')], requests: [refused] })).length, 0);
   });
 
   it('liveness: answers within miss_deadline_ms + 2 s; connection failures only on an instance being stopped', () => {
