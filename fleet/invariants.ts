@@ -227,6 +227,27 @@ export const providerConcurrency: Invariant = {
   },
 };
 
+/** When a credential's 401 at `stop` stops counting: a reload restores it, and `credential_recheck_seconds` (300 s) tries it again. */
+function rejectionEnd(h: History, stop: CallEvent): number {
+  return Math.min(stop.end + 300_000, ...h.configs.filter((c) => c.at > stop.end).map((c) => c.at));
+}
+
+/**
+ * The 401s that take a credential out of the rotation afresh: a credential's first, and its first
+ * after a reload or a recheck ended the rejection before it (a reload puts it back, so a later
+ * 401 takes it out again, and the 401s after that one are held to it).
+ */
+function rejectionStarts(h: History, calls: readonly CallEvent[]): Set<CallEvent> {
+  const starts = new Set<CallEvent>();
+  const until = new Map<string, number>();
+  for (const c of calls) {
+    if (c.status !== 401 || c.start < (until.get(c.cred) ?? -Infinity)) continue;
+    starts.add(c);
+    until.set(c.cred, rejectionEnd(h, c));
+  }
+  return starts;
+}
+
 /**
  * docs/provider.md: "every instance honours what the provider told any one of them": after a 429
  * with Retry-After on a credential, no call on it until then. A 401 takes the credential out of
@@ -236,20 +257,21 @@ export const providerConcurrency: Invariant = {
  */
 export const providerStops: Invariant = {
   name: 'providerStops',
-  bound: 'no call on a credential within Retry-After of its 429 (cooldown_scope upstream); after its 401, until a reload, at most one 401 on it per perch process started; around a Redis fault or a reload only advisory: a stop reaches the other instances once Redis can carry it, which the history does not tell',
+  bound: 'no call on a credential within Retry-After of its 429 (cooldown_scope upstream); after its 401, until a reload or credential_recheck_seconds, at most one 401 on it per perch process started, a 401 after that taking it out again; around a Redis fault or a reload only advisory: a stop reaches the other instances once Redis can carry it, which the history does not tell',
   check: (h) => {
     if (h.run.passThrough) return [];
     const out: Violation[] = [];
     const calls = callsOf(h, 'v1');
     const processes = h.procs.filter((p) => p.kind === 'start').length + (h.run.workers > 0 ? h.run.workers : 0);
+    const rejections = rejectionStarts(h, calls);
     for (const stop of calls) {
       let bad: CallEvent | undefined;
       let until: number;
       if (stop.status === 429 && stop.retryAfter !== undefined) {
         until = stop.end + stop.retryAfter * 1000;
         bad = calls.find((c) => c.cred === stop.cred && c.start > stop.end + SLACK_MS && c.start < until - SLACK_MS);
-      } else if (stop.status === 401 && !calls.some((c) => c.status === 401 && c.cred === stop.cred && c.end < stop.end)) {
-        until = Math.min(stop.end + 300_000, ...h.configs.filter((c) => c.at > stop.end).map((c) => c.at));
+      } else if (stop.status === 401 && rejections.has(stop)) {
+        until = rejectionEnd(h, stop);
         bad = calls.filter((c) => c.cred === stop.cred && c.status === 401 && c.start > stop.end + SLACK_MS && c.start < until)[processes];
       } else continue;
       if (bad === undefined) continue;

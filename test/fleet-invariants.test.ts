@@ -172,6 +172,16 @@ describe('fleet invariants', () => {
     assert.equal(providerStops.check(history({ procs: two, calls: [reject, again(1000), again(2000), again(5000)], configs: [{ t: 'config', at: 4000, caps: RUN.caps, ttl: 2 }] })).length, 0);
   });
 
+  it('providerStops: a 401 after a reload put the credential back takes it out again, and the 401s after it are held to it', () => {
+    const again = (t: number) => call(t, { status: 401 });
+    const two = [STARTED, { ...STARTED, inst: 1 }];
+    const configs: ConfigEvent[] = [{ t: 'config', at: 4000, caps: RUN.caps, ttl: 2 }];
+    assert.equal(providerStops.check(history({ procs: two, configs, calls: [again(0), again(5000), again(6000), again(7000)] })).length, 0);
+    assert.equal(providerStops.check(history({ procs: two, configs, calls: [again(0), again(5000), again(6000), again(7000), again(8000)] })).length, 1);
+    // credential_recheck_seconds (300 s) tries it again: one recheck starts its own count.
+    assert.equal(providerStops.check(history({ procs: two, calls: [again(0), again(301_000), again(302_000), again(303_000), again(304_000)] })).length, 1);
+  });
+
   it('providerQuota: a guard that found Redis away with no fault made (its log) gets its share; one a fault explains, nothing more', () => {
     const down: FaultEvent = { t: 'fault', kind: 'guard-down', at: 3000, until: 4000, inst: 1, detail: "from perch's log" };
     const calls = [call(0, { inst: 1 }), ...[1000, 2000, 3500, 4500].map((t) => call(t, { inst: 0 })), call(5000, { inst: 1 })];
