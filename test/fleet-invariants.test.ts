@@ -302,6 +302,13 @@ describe('fleet invariants', () => {
     assert.equal(versionsMonotonic.check(history({ requests: [req(0, { version: 2 }), req(100, { version: 1, inst: 1 })] })).length, 0);
   });
 
+  it('versionsMonotonic: the newest body answered before a request counts, though an older one was answered after it', () => {
+    // v3 answered at t=50, v1 (sent earlier) at t=100: v3 is what the instance had served when t=200 was sent.
+    const overlapping = [req(0, { version: 1, done: 100 }), req(10, { version: 3, done: 50 })];
+    assert.equal(versionsMonotonic.check(history({ requests: [...overlapping, req(200, { version: 3 })] })).length, 0);
+    assert.equal(versionsMonotonic.check(history({ requests: [...overlapping, req(200, { version: 2 })] })).length, 1);
+  });
+
   it('staleWithinBound: nothing older than ttl + stale_seconds past the call that answered it', () => {
     assert.equal(staleWithinBound.check(history({ calls: [call(0)], requests: [req(6000)] })).length, 0);
     assert.equal(staleWithinBound.check(history({ calls: [call(0)], requests: [req(7000)] })).length, 1);
