@@ -560,20 +560,24 @@ export const versionsMonotonic: Invariant = {
 /** docs/caching.md "Stale serving": nothing is served older than its TTL plus `stale_seconds`. */
 export const staleWithinBound: Invariant = {
   name: 'staleWithinBound',
-  bound: 'a 200 body was last answered by the provider at most ttl + stale_seconds (+1.5 s for whole seconds) before it was sent',
+  bound: 'a 200 body was answered by the provider at most ttl + stale_seconds (+1.5 s for whole seconds) before it was sent, ttl the one in force when that answer was stored (the largest a reload may have left in force during the call)',
   check: (h) => {
     const out: Violation[] = [];
-    const ttl = Math.max(h.run.ttl, ...h.configs.map((c) => c.ttl));
-    const limit = (ttl + h.run.staleSeconds) * 1000 + 1500;
+    const configs = [...h.configs].sort((a, b) => a.at - b.at);
+    // An entry keeps the TTL in force when it was stored (docs/caching.md): the largest a reload
+    // may have left in force during the call that answered it (a reload applies within a second).
+    const ttlOf = (c: CallEvent) => Math.max(...[{ at: -Infinity, ttl: h.run.ttl }, ...configs].filter((s, i) => s.at <= c.end && (configs[i]?.at ?? Infinity) + RELOAD_SETTLE_MS >= c.start).map((s) => s.ttl));
+    const expiry = (c: CallEvent) => c.end + (ttlOf(c) + h.run.staleSeconds) * 1000 + 1500;
     for (const r of h.requests) {
       if (r.status !== 200 || r.version === undefined) continue;
       const res = resourceOf(r.path);
-      const source = h.calls.filter((c) => c.start < r.done && c.resources.some((x, i) => x === res && c.versions?.[i] === r.version)).at(-1);
-      if (source === undefined) {
+      const sources = h.calls.filter((c) => c.start < r.done && c.resources.some((x, i) => x === res && c.versions?.[i] === r.version));
+      if (sources.length === 0) {
         out.push({ invariant: 'staleWithinBound', message: `${res} v${r.version} answered, but the provider never answered that version`, at: r.sent, slice: [r] });
         continue;
       }
-      if (r.sent - source.end > limit) out.push({ invariant: 'staleWithinBound', message: `${res} v${r.version} answered ${Math.round(r.sent - source.end)} ms after the provider last answered it (ttl ${ttl} s + stale ${h.run.staleSeconds} s)`, at: r.sent, slice: [source, r] });
+      const source = sources.reduce((a, b) => (expiry(b) >= expiry(a) ? b : a));
+      if (r.sent > expiry(source)) out.push({ invariant: 'staleWithinBound', message: `${res} v${r.version} answered ${Math.round(r.sent - source.end)} ms after the provider last answered it (ttl ${ttlOf(source)} s + stale ${h.run.staleSeconds} s)`, at: r.sent, slice: [source, r] });
     }
     return out.slice(0, 5);
   },

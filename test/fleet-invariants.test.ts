@@ -417,6 +417,17 @@ describe('fleet invariants over reloads and counters', () => {
     assert.equal(underPlanNeverRefused.check(history({ procs: [STARTED], requests: [req(0), limited(3)] })).length, 1);
   });
 
+  it('staleWithinBound: an entry keeps the TTL in force when it was stored, not the largest of the run', () => {
+    // ttl 2 + stale 3 (+1.5 s) for the body of t=0; a reload to ttl 30 at t=10 s changes only what is stored after it.
+    const configs = [reload(10_000, { ttl: 30 })];
+    assert.equal(staleWithinBound.check(history({ configs, calls: [call(0), call(10_500, { versions: [2] })], requests: [req(6000), req(40_000, { version: 2 })] })).length, 0);
+    assert.equal(staleWithinBound.check(history({ configs, calls: [call(0)], requests: [req(7000)] })).length, 1);
+    // A call the reload was still reaching may have stored under the old TTL, the larger here.
+    const lowered = [{ ...reload(10_000, { ttl: 0 }) }, reload(-1, { ttl: 30 })];
+    assert.equal(staleWithinBound.check(history({ configs: lowered, calls: [call(10_500)], requests: [req(40_000)] })).length, 0);
+    assert.equal(staleWithinBound.check(history({ configs: lowered, calls: [call(11_500)], requests: [req(16_100)] })).length, 1);
+  });
+
   it('authFollowsReload: a removed key gets 401, an added key is served, within a second of the reload', () => {
     const removed = { configs: [reload(1000, { keys: { budget: 'budgeted' } })] };
     assert.equal(authFollowsReload.check(history({ ...removed, requests: [req(500), req(1500), req(2500, { status: 401 })] })).length, 0);
