@@ -324,7 +324,8 @@ function reported(r: RequestEvent): number | undefined {
  * it last saw left (its last answer's `r`, plus a token for the rounding and, with leases, what
  * other instances' give-backs may have added since: the lease allowance), with its refill since;
  * a process that never answered the key starts full. Summed over each Redis fault the nemesis
- * injected or an instance logged, and each process that answered the key in the window (for a
+ * injected or an instance logged (but a log's outage a fault made explains: the same switch to
+ * memory), and each process that answered the key in the window (for a
  * fault of one instance, that instance's processes);
  * an instance with workers has a memory bucket per worker, whose answers the history does not
  * tell apart: each may have seen the bucket full. A Redis restarted empty starts a full bucket.
@@ -334,8 +335,22 @@ function outageAllowance(h: History, plan: Plan, all: readonly RequestEvent[], t
   const procs = new Map<string, { inst: number; gen: number }>();
   for (const r of all) if (r.done >= from && r.sent <= to && r.status > 0) procs.set(`${r.inst}/${r.gen}`, { inst: r.inst, gen: r.gen });
   const slack = leaseAllowance(plan, leasers(h));
+  // An instance's log shows the switch to memory a fault made too: its first `redis-seen` that
+  // overlaps a fault of Redis (or of its relay) made around the window is that fault's outage,
+  // allowed once. A later one is a switch of its own (Redis answered in between, so it carries on
+  // from a new report).
+  const made = trouble.filter((f) => REDIS_FAULTS.has(f.kind) && f.kind !== 'inst-kill' && f.kind !== 'inst-term');
+  const twins = new Set<FaultEvent>();
+  for (const f of made) {
+    for (let i = 0; i < h.run.instances; i++) {
+      if (f.inst !== undefined && f.inst !== i) continue;
+      const twin = h.faults.find((g) => g.kind === 'redis-seen' && g.inst === i && g.at <= f.until && g.until >= f.at);
+      if (twin !== undefined) twins.add(twin);
+    }
+  }
   let extra = 0;
   for (const f of trouble) {
+    if (twins.has(f)) continue;
     // A process (re)starting answers from memory only if its first connection is late, and then
     // says so itself (`redis-seen`); its start alone hands out nothing more.
     if (f.kind === 'fleet-start' || f.kind === 'inst-kill' || f.kind === 'inst-term') continue;
@@ -378,7 +393,7 @@ function onLease(h: History, plan: Plan, admitted: readonly RequestEvent[], at: 
  */
 export const rateLimitUpper: Invariant = {
   name: 'rateLimitUpper',
-  bound: 'per key, requests admitted in any interval dt <= capacity + refill_per_second x dt (+1 for the edges), + what was on lease as it began (plans of 20 or more: at most the lease allowance, and about three times what the key was answered in the 2 s before); across a Redis fault, one an instance logged, or an instance (re)start, + what each process may spend from memory: what it last saw left (or a full bucket), with its refill since',
+  bound: 'per key, requests admitted in any interval dt <= capacity + refill_per_second x dt (+1 for the edges), + what was on lease as it began (plans of 20 or more: at most the lease allowance, and about three times what the key was answered in the 2 s before); across a Redis fault, one an instance logged, or an instance (re)start, + what each process may spend from memory: what it last saw left (or a full bucket), with its refill since (an instance\'s logged outage that a fault made explains counts once, with that fault)',
   check: (h) => {
     const out: Violation[] = [];
     for (const [key, all] of requestsByKey(h)) {

@@ -253,6 +253,19 @@ describe('fleet invariants', () => {
     assert.equal(rateLimitUpper.check(history({ procs: [STARTED], requests: [...before, ...during(2, 0)] })).length, 1);
   });
 
+  it('rateLimitUpper: the outage an instance logged for a fault made is that fault\'s, allowed once', () => {
+    const freeze: FaultEvent = { t: 'fault', kind: 'redis-freeze', at: 1000, until: 2000 };
+    // Instance 1's log: Redis away from a little before the freeze (its clock) to after it.
+    const logged = (at: number, until: number): FaultEvent => ({ t: 'fault', kind: 'redis-seen', at, until, inst: 1 });
+    const before = [0, 1, 2, 3].map((t) => req(t, { ratelimit: `"small";r=${Math.max(0, 2 - t)};t=3` }));
+    const during = (n: number) => Array.from({ length: n }, (_, i) => req(1000 + i, { inst: 1 }));
+    // 5.2 for the plan, + 2.0 for instance 0 (it saw 0 left), + 4.0 for instance 1 (full): 11.2.
+    assert.equal(rateLimitUpper.check(history({ procs: [STARTED], faults: [freeze, logged(900, 2500)], requests: [...before, ...during(4)] })).length, 0);
+    assert.equal(rateLimitUpper.check(history({ procs: [STARTED], faults: [freeze, logged(900, 2500)], requests: [...before, ...during(8)] })).length, 1);
+    // The log alone, no fault made: its own outage, allowed.
+    assert.equal(rateLimitUpper.check(history({ procs: [STARTED], faults: [logged(900, 2500)], requests: [...before, ...during(4)] })).length, 0);
+  });
+
   it('underPlanNeverRefused: a refusal with the bucket empty passes, one with tokens left is caught', () => {
     assert.equal(underPlanNeverRefused.check(history({ procs: [STARTED], requests: [req(0), req(1), req(2), limited(3)] })).length, 0);
     assert.equal(underPlanNeverRefused.check(history({ procs: [STARTED], requests: [req(0), limited(3)] })).length, 1);
