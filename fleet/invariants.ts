@@ -67,8 +67,10 @@ function anyTrouble(h: History, from: number, to: number): FaultEvent[] {
 }
 
 /**
- * The caps of upstream `u` in effect at any time in [from, to] (a SIGHUP takes a moment to
- * apply): the largest of each, or with `least` the smallest, whichever is lenient for the check.
+ * The caps of upstream `u` in effect at any time in [from, to]: the largest of each, or with
+ * `least` the smallest, whichever is lenient for the check. A SIGHUP takes up to
+ * RELOAD_SETTLE_MS to apply everywhere, and docs/provider.md holds the provider to the new cap
+ * only from then: an instance that has not applied it yet admits under the old one.
  */
 export function capsDuring(h: History, u: 'v1' | 'x', from: number, to: number, least = false): Caps | undefined {
   const initial = u === 'v1' ? h.run.caps : h.run.xCaps;
@@ -76,7 +78,7 @@ export function capsDuring(h: History, u: 'v1' | 'x', from: number, to: number, 
   let inEffect: Caps = initial;
   const seen: Caps[] = [];
   for (const c of [...h.configs].sort((a, b) => a.at - b.at)) {
-    if (c.at + 500 < from) inEffect = u === 'v1' ? c.caps : inEffect;
+    if (c.at + RELOAD_SETTLE_MS < from) inEffect = u === 'v1' ? c.caps : inEffect;
     else if (c.at <= to && u === 'v1') seen.push(c.caps);
   }
   const all = [inEffect, ...seen];

@@ -430,6 +430,13 @@ describe('fleet invariants over reloads and counters', () => {
     assert.equal(underPlanNeverRefused.check(history({ procs: [STARTED], requests: [req(0), limited(3)] })).length, 1);
   });
 
+  it('providerRate: a reload that lowered the cap holds the provider to it from a second after, not before', () => {
+    const lowered = [reload(0, { caps: { ...RUN.caps, rate: 1 } })];
+    // An instance that has not applied the reload yet (within a second) admits under the old cap of 2.
+    assert.equal(providerRate.check(history({ procs: [STARTED], configs: lowered, calls: [call(700), call(800)] })).length, 0);
+    assert.equal(providerRate.check(history({ procs: [STARTED], configs: lowered, calls: [call(1100), call(1200)] })).length, 1);
+  });
+
   it('staleWithinBound: an entry keeps the TTL in force when it was stored, not the largest of the run', () => {
     // ttl 2 + stale 3 (+1.5 s) for the body of t=0; a reload to ttl 30 at t=10 s changes only what is stored after it.
     const configs = [reload(10_000, { ttl: 30 })];
