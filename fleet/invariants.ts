@@ -735,13 +735,16 @@ export const acceptedKeyReadsCache: Invariant = {
 /** docs/configuration.md `server.miss_deadline_ms`: a bound on everything a miss waits for. */
 export const liveness: Invariant = {
   name: 'liveness',
-  bound: 'every request answered within miss_deadline_ms + 2 s; no connection failure on an instance that was not being stopped',
+  bound: 'every request answered within miss_deadline_ms + 2 s; no connection failure on an instance that was not being stopped; no process exiting that was sent no signal',
   check: (h) => {
     const out: Violation[] = [];
+    // Every exit the fleet makes it sends a signal for: one without is perch crashing (or exiting on its own).
+    for (const p of h.procs) if (p.kind === 'exit' && p.sentSignal === undefined) out.push({ invariant: 'liveness', message: `instance ${p.inst} (process ${p.gen}) exited unbidden (code ${p.code}, signal ${p.signal})`, at: p.at, slice: [...h.faults.filter((f) => f.at <= p.at && f.until + SETTLE_MS >= p.at), p] });
     for (const r of h.requests) {
       if (r.status > 0 && r.done - r.sent > h.run.missDeadlineMs + 2000) out.push({ invariant: 'liveness', message: `${r.path} answered after ${Math.round(r.done - r.sent)} ms (miss_deadline_ms ${h.run.missDeadlineMs})`, at: r.sent, slice: [...h.faults.filter((f) => f.at <= r.done && f.until >= r.sent), r] });
       if (r.status === 0) {
-        const stopping = h.procs.some((p) => p.inst === r.inst && p.gen === r.gen && p.kind === 'exit' && (p.signalAt ?? p.at) <= r.done + 200);
+        // Being stopped: sent a signal. A process that died unbidden is no excuse (it is reported above).
+        const stopping = h.procs.some((p) => p.inst === r.inst && p.gen === r.gen && p.kind === 'exit' && p.signalAt !== undefined && p.signalAt <= r.done + 200);
         if (!stopping) out.push({ invariant: 'liveness', message: `connection failed (${r.error}) on instance ${r.inst} that was not being stopped`, at: r.sent, slice: [r] });
       }
     }

@@ -381,6 +381,15 @@ describe('fleet invariants', () => {
     assert.equal(liveness.check(history({ requests: [refused], procs: [{ t: 'proc', inst: 0, gen: 1, kind: 'exit', at: 10, sentSignal: 'SIGKILL', signalAt: 0 }] })).length, 0);
   });
 
+  it('liveness: a process that exits with no signal sent crashed: reported, and no excuse for the connections it failed', () => {
+    const refused = req(0, { status: 0, error: 'ECONNRESET' });
+    const killed: ProcEvent = { t: 'proc', inst: 0, gen: 1, kind: 'exit', at: 10, code: null, signal: 'SIGKILL', sentSignal: 'SIGKILL', signalAt: 0 };
+    const { sentSignal: _sent, signalAt: _at, ...crashed } = { ...killed, code: 1, signal: null };
+    assert.equal(liveness.check(history({ requests: [refused], procs: [killed] })).length, 0);
+    const found = liveness.check(history({ requests: [refused], procs: [crashed] })).map((v) => v.message);
+    assert.deepEqual(found.map((m) => /exited unbidden|connection failed/.exec(m)?.[0]), ['exited unbidden', 'connection failed']);
+  });
+
   it('termWithinGrace: SIGTERM ends a process within shutdown_grace_ms + 1 s', () => {
     const exit = (at: number): ProcEvent => ({ t: 'proc', inst: 1, gen: 1, kind: 'exit', at, sentSignal: 'SIGTERM', signalAt: 0 });
     assert.equal(termWithinGrace.check(history({ procs: [exit(2000)] })).length, 0);
