@@ -574,16 +574,23 @@ export const versionsMonotonic: Invariant = {
   },
 };
 
+/**
+ * The TTLs (s) that may have been in force while call `c` was made, a reload taking up to
+ * RELOAD_SETTLE_MS to apply: the entry it stored keeps one of them (its `ttlMs`, from the time
+ * the provider answered), whatever a later reload sets.
+ */
+function ttlsStoring(h: History, c: CallEvent): number[] {
+  const configs = [...h.configs].sort((a, b) => a.at - b.at);
+  return [{ at: -Infinity, ttl: h.run.ttl }, ...configs].filter((s, i) => s.at <= c.end && (configs[i]?.at ?? Infinity) + RELOAD_SETTLE_MS >= c.start).map((s) => s.ttl);
+}
+
 /** docs/caching.md "Stale serving": nothing is served older than its TTL plus `stale_seconds`. */
 export const staleWithinBound: Invariant = {
   name: 'staleWithinBound',
   bound: 'a 200 body was answered by the provider at most ttl + stale_seconds (+1.5 s for whole seconds) before it was sent, ttl the one in force when that answer was stored (the largest a reload may have left in force during the call)',
   check: (h) => {
     const out: Violation[] = [];
-    const configs = [...h.configs].sort((a, b) => a.at - b.at);
-    // An entry keeps the TTL in force when it was stored (docs/caching.md): the largest a reload
-    // may have left in force during the call that answered it (a reload applies within a second).
-    const ttlOf = (c: CallEvent) => Math.max(...[{ at: -Infinity, ttl: h.run.ttl }, ...configs].filter((s, i) => s.at <= c.end && (configs[i]?.at ?? Infinity) + RELOAD_SETTLE_MS >= c.start).map((s) => s.ttl));
+    const ttlOf = (c: CallEvent) => Math.max(...ttlsStoring(h, c));
     const expiry = (c: CallEvent) => c.end + (ttlOf(c) + h.run.staleSeconds) * 1000 + 1500;
     for (const r of h.requests) {
       if (r.status !== 200 || r.version === undefined) continue;
@@ -709,7 +716,7 @@ export const refusalOnlyOverCap: Invariant = {
  */
 export const acceptedKeyReadsCache: Invariant = {
   name: 'acceptedKeyReadsCache',
-  bound: 'in pass-through, no 429 to a key the provider accepted for a path without a query the provider answered 200 less than the TTL (the smallest a SIGHUP set, less 0.5 s) before, with no purge of it, no Redis fault and no provider 429 since',
+  bound: 'in pass-through, no 429 to a key the provider accepted for a path without a query the provider answered 200 less than the TTL (the one in force when it answered, the smallest a reload may have left then, less 0.5 s) before, with no purge of it, no Redis fault and no provider 429 since',
   check: (h) => {
     if (!h.run.passThrough) return [];
     const out: Violation[] = [];
@@ -721,9 +728,11 @@ export const acceptedKeyReadsCache: Invariant = {
       // answered is not in the history, so only a request without a query is known to be cached.
       if (r.path.includes('?')) continue;
       const res = resourceOf(r.path);
-      const ttl = Math.min(h.run.ttl, ...h.configs.filter((c) => c.at <= r.sent).map((c) => c.ttl));
-      const fresh = h.calls.find((c) => c.status === 200 && c.resources.includes(res) && c.end < r.sent && r.sent < c.end + ttl * 1000 - 500);
+      // The entry keeps the TTL in force when it was stored: the smallest a reload may have left then.
+      const ttlOf = (c: CallEvent) => Math.min(...ttlsStoring(h, c));
+      const fresh = h.calls.find((c) => c.status === 200 && c.resources.includes(res) && c.end < r.sent && r.sent < c.end + ttlOf(c) * 1000 - 500);
       if (fresh === undefined) continue;
+      const ttl = ttlOf(fresh);
       if (h.purges.some((p) => (p.scope === '*' || p.scope === res) && p.sent <= r.sent && p.done >= fresh.end)) continue;
       if (redisTrouble(h, fresh.end, r.sent).length > 0 || h.calls.some((c) => c.status === 429 && c.end >= fresh.end - 5000 && c.end <= r.sent)) continue;
       out.push({ invariant: 'acceptedKeyReadsCache', message: `accepted key ${r.key} refused 429 for ${res}, cached fresh from t=${Math.round(fresh.end)} (ttl ${ttl} s)`, at: r.sent, slice: [fresh, r] });

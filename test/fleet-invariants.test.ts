@@ -373,6 +373,15 @@ describe('fleet invariants', () => {
     assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [call(0)], requests: [req(100), page] })).length, 0);
   });
 
+  it('acceptedKeyReadsCache: the TTL is the one in force when the provider answered, not the least of the run so far', () => {
+    const pt = { run: { passThrough: true, ttl: 5 }, procs: [STARTED] };
+    // A reload to ttl 0 at 1 s, then back to 30 s at 2 s: the answer of t=5 s is cached for 30 s.
+    const configs: ConfigEvent[] = [{ t: 'config', at: 1000, caps: RUN.caps, ttl: 0 }, { t: 'config', at: 2000, caps: RUN.caps, ttl: 30 }];
+    const refused = (sent: number) => req(sent, { status: 429, cache: 'perch; fwd=miss' });
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, configs, calls: [call(1500)], requests: [req(100), refused(10_000)] })).length, 0);
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, configs, calls: [call(5000)], requests: [req(100), refused(10_000)] })).length, 1);
+  });
+
   it('liveness: answers within miss_deadline_ms + 2 s; connection failures only on an instance being stopped', () => {
     assert.equal(liveness.check(history({ requests: [req(0, { done: 3900 })] })).length, 0);
     assert.equal(liveness.check(history({ requests: [req(0, { done: 4100 })] })).length, 1);
