@@ -744,7 +744,7 @@ export const acceptedKeyReadsCache: Invariant = {
 /** docs/configuration.md `server.miss_deadline_ms`: a bound on everything a miss waits for. */
 export const liveness: Invariant = {
   name: 'liveness',
-  bound: 'every request answered within miss_deadline_ms + 2 s; no connection failure on an instance that was not being stopped; no process exiting that was sent no signal',
+  bound: 'every request answered within miss_deadline_ms + 2 s; no connection failure on an instance that was not being stopped (sent a signal before the answer was due); no process exiting that was sent no signal',
   check: (h) => {
     const out: Violation[] = [];
     // Every exit the fleet makes it sends a signal for: one without is perch crashing (or exiting on its own).
@@ -752,8 +752,10 @@ export const liveness: Invariant = {
     for (const r of h.requests) {
       if (r.status > 0 && r.done - r.sent > h.run.missDeadlineMs + 2000) out.push({ invariant: 'liveness', message: `${r.path} answered after ${Math.round(r.done - r.sent)} ms (miss_deadline_ms ${h.run.missDeadlineMs})`, at: r.sent, slice: [...h.faults.filter((f) => f.at <= r.done && f.until >= r.sent), r] });
       if (r.status === 0) {
-        // Being stopped: sent a signal. A process that died unbidden is no excuse (it is reported above).
-        const stopping = h.procs.some((p) => p.inst === r.inst && p.gen === r.gen && p.kind === 'exit' && p.signalAt !== undefined && p.signalAt <= r.done + 200);
+        // Being stopped: sent a signal, before its answer was due (a request left hanging until a
+        // kill ended it failed its deadline first). A process that died unbidden is no excuse (it is reported above).
+        const due = r.sent + h.run.missDeadlineMs + 2000;
+        const stopping = h.procs.some((p) => p.inst === r.inst && p.gen === r.gen && p.kind === 'exit' && p.signalAt !== undefined && p.signalAt <= Math.min(r.done + 200, due));
         if (!stopping) out.push({ invariant: 'liveness', message: `connection failed (${r.error}) on instance ${r.inst} that was not being stopped`, at: r.sent, slice: [r] });
       }
     }

@@ -399,6 +399,14 @@ describe('fleet invariants', () => {
     assert.deepEqual(found.map((m) => /exited unbidden|connection failed/.exec(m)?.[0]), ['exited unbidden', 'connection failed']);
   });
 
+  it('liveness: a request left hanging past its deadline is not excused by the kill that ended it', () => {
+    // miss_deadline_ms 2000 + 2 s: due at t=4 s.
+    const hung = req(0, { status: 0, done: 9010, error: 'ECONNRESET' });
+    const killedAt = (signalAt: number): ProcEvent => ({ t: 'proc', inst: 0, gen: 1, kind: 'exit', at: signalAt + 10, code: null, signal: 'SIGKILL', sentSignal: 'SIGKILL', signalAt });
+    assert.equal(liveness.check(history({ requests: [hung], procs: [killedAt(4000)] })).length, 0);
+    assert.equal(liveness.check(history({ requests: [hung], procs: [killedAt(4100)] })).length, 1);
+  });
+
   it('termWithinGrace: SIGTERM ends a process within shutdown_grace_ms + 1 s', () => {
     const exit = (at: number): ProcEvent => ({ t: 'proc', inst: 1, gen: 1, kind: 'exit', at, sentSignal: 'SIGTERM', signalAt: 0 });
     assert.equal(termWithinGrace.check(history({ procs: [exit(2000)] })).length, 0);
