@@ -390,12 +390,12 @@ function onLease(h: History, plan: Plan, admitted: readonly RequestEvent[], at: 
  * the plan over the widest interval they may have taken, [sent_i, max done]: the client's send
  * times alone make an interval too short by the requests' own trip. On top of the plan, the
  * allowances the docs state: with leases, what was on lease as the window began (`onLease`);
- * across a Redis fault or an instance (re)start, what the memory buckets may hand out
+ * across a Redis fault, injected or logged, what the memory buckets may hand out
  * (`outageAllowance`).
  */
 export const rateLimitUpper: Invariant = {
   name: 'rateLimitUpper',
-  bound: 'per key, requests admitted in any interval dt <= capacity + refill_per_second x dt (+1 for the edges), + what was on lease as it began (plans of 20 or more: at most the lease allowance, and about three times what the key was answered in the 2 s before); across a Redis fault, one an instance logged, or an instance (re)start, + what each process may spend from memory: what it last saw left (or a full bucket), with its refill since (an instance\'s logged outage that a fault made explains counts once, with that fault)',
+  bound: 'per key, requests admitted in any interval dt <= capacity + refill_per_second x dt (+1 for the edges), + what was on lease as it began (plans of 20 or more: at most the lease allowance, and three times what the key was answered in the 2 s before + 4 a process for its first leases of a token or two); across a Redis fault or one an instance logged (a process (re)started adds nothing by itself: its log says when its first connection was late), + what each process may spend from memory: what it last saw left (or a full bucket), with its refill since (an instance\'s logged outage that a fault made explains counts once, with that fault)',
   check: (h) => {
     const out: Violation[] = [];
     for (const [key, all] of requestsByKey(h)) {
