@@ -67,8 +67,10 @@ function anyTrouble(h: History, from: number, to: number): FaultEvent[] {
 }
 
 /**
- * The caps of upstream `u` in effect at any time in [from, to] (a SIGHUP takes a moment to
- * apply): the largest of each, or with `least` the smallest, whichever is lenient for the check.
+ * The caps of upstream `u` in effect at any time in [from, to]: the largest of each, or with
+ * `least` the smallest, whichever is lenient for the check. A SIGHUP takes up to
+ * RELOAD_SETTLE_MS to apply everywhere, and docs/provider.md holds the provider to the new cap
+ * only from then: an instance that has not applied it yet admits under the old one.
  */
 export function capsDuring(h: History, u: 'v1' | 'x', from: number, to: number, least = false): Caps | undefined {
   const initial = u === 'v1' ? h.run.caps : h.run.xCaps;
@@ -76,7 +78,7 @@ export function capsDuring(h: History, u: 'v1' | 'x', from: number, to: number, 
   let inEffect: Caps = initial;
   const seen: Caps[] = [];
   for (const c of [...h.configs].sort((a, b) => a.at - b.at)) {
-    if (c.at + 500 < from) inEffect = u === 'v1' ? c.caps : inEffect;
+    if (c.at + RELOAD_SETTLE_MS < from) inEffect = u === 'v1' ? c.caps : inEffect;
     else if (c.at <= to && u === 'v1') seen.push(c.caps);
   }
   const all = [inEffect, ...seen];
@@ -227,6 +229,27 @@ export const providerConcurrency: Invariant = {
   },
 };
 
+/** When a credential's 401 at `stop` stops counting: a reload restores it, and `credential_recheck_seconds` (300 s) tries it again. */
+function rejectionEnd(h: History, stop: CallEvent): number {
+  return Math.min(stop.end + 300_000, ...h.configs.filter((c) => c.at > stop.end).map((c) => c.at));
+}
+
+/**
+ * The 401s that take a credential out of the rotation afresh: a credential's first, and its first
+ * after a reload or a recheck ended the rejection before it (a reload puts it back, so a later
+ * 401 takes it out again, and the 401s after that one are held to it).
+ */
+function rejectionStarts(h: History, calls: readonly CallEvent[]): Set<CallEvent> {
+  const starts = new Set<CallEvent>();
+  const until = new Map<string, number>();
+  for (const c of calls) {
+    if (c.status !== 401 || c.start < (until.get(c.cred) ?? -Infinity)) continue;
+    starts.add(c);
+    until.set(c.cred, rejectionEnd(h, c));
+  }
+  return starts;
+}
+
 /**
  * docs/provider.md: "every instance honours what the provider told any one of them": after a 429
  * with Retry-After on a credential, no call on it until then. A 401 takes the credential out of
@@ -236,20 +259,21 @@ export const providerConcurrency: Invariant = {
  */
 export const providerStops: Invariant = {
   name: 'providerStops',
-  bound: 'no call on a credential within Retry-After of its 429 (cooldown_scope upstream); after its 401, until a reload, at most one 401 on it per perch process started; around a Redis fault or a reload only advisory: a stop reaches the other instances once Redis can carry it, which the history does not tell',
+  bound: 'no call on a credential within Retry-After of its 429 (cooldown_scope upstream); after its 401, until a reload or credential_recheck_seconds, at most one 401 on it per perch process started, a 401 after that taking it out again; around a Redis fault or a reload only advisory: a stop reaches the other instances once Redis can carry it, which the history does not tell',
   check: (h) => {
     if (h.run.passThrough) return [];
     const out: Violation[] = [];
     const calls = callsOf(h, 'v1');
     const processes = h.procs.filter((p) => p.kind === 'start').length + (h.run.workers > 0 ? h.run.workers : 0);
+    const rejections = rejectionStarts(h, calls);
     for (const stop of calls) {
       let bad: CallEvent | undefined;
       let until: number;
       if (stop.status === 429 && stop.retryAfter !== undefined) {
         until = stop.end + stop.retryAfter * 1000;
         bad = calls.find((c) => c.cred === stop.cred && c.start > stop.end + SLACK_MS && c.start < until - SLACK_MS);
-      } else if (stop.status === 401 && !calls.some((c) => c.status === 401 && c.cred === stop.cred && c.end < stop.end)) {
-        until = Math.min(stop.end + 300_000, ...h.configs.filter((c) => c.at > stop.end).map((c) => c.at));
+      } else if (stop.status === 401 && rejections.has(stop)) {
+        until = rejectionEnd(h, stop);
         bad = calls.filter((c) => c.cred === stop.cred && c.status === 401 && c.start > stop.end + SLACK_MS && c.start < until)[processes];
       } else continue;
       if (bad === undefined) continue;
@@ -302,7 +326,8 @@ function reported(r: RequestEvent): number | undefined {
  * it last saw left (its last answer's `r`, plus a token for the rounding and, with leases, what
  * other instances' give-backs may have added since: the lease allowance), with its refill since;
  * a process that never answered the key starts full. Summed over each Redis fault the nemesis
- * injected or an instance logged, and each process that answered the key in the window (for a
+ * injected or an instance logged (but a log's outage a fault made explains: the same switch to
+ * memory), and each process that answered the key in the window (for a
  * fault of one instance, that instance's processes);
  * an instance with workers has a memory bucket per worker, whose answers the history does not
  * tell apart: each may have seen the bucket full. A Redis restarted empty starts a full bucket.
@@ -312,8 +337,22 @@ function outageAllowance(h: History, plan: Plan, all: readonly RequestEvent[], t
   const procs = new Map<string, { inst: number; gen: number }>();
   for (const r of all) if (r.done >= from && r.sent <= to && r.status > 0) procs.set(`${r.inst}/${r.gen}`, { inst: r.inst, gen: r.gen });
   const slack = leaseAllowance(plan, leasers(h));
+  // An instance's log shows the switch to memory a fault made too: its first `redis-seen` that
+  // overlaps a fault of Redis (or of its relay) made around the window is that fault's outage,
+  // allowed once. A later one is a switch of its own (Redis answered in between, so it carries on
+  // from a new report).
+  const made = trouble.filter((f) => REDIS_FAULTS.has(f.kind) && f.kind !== 'inst-kill' && f.kind !== 'inst-term');
+  const twins = new Set<FaultEvent>();
+  for (const f of made) {
+    for (let i = 0; i < h.run.instances; i++) {
+      if (f.inst !== undefined && f.inst !== i) continue;
+      const twin = h.faults.find((g) => g.kind === 'redis-seen' && g.inst === i && g.at <= f.until && g.until >= f.at);
+      if (twin !== undefined) twins.add(twin);
+    }
+  }
   let extra = 0;
   for (const f of trouble) {
+    if (twins.has(f)) continue;
     // A process (re)starting answers from memory only if its first connection is late, and then
     // says so itself (`redis-seen`); its start alone hands out nothing more.
     if (f.kind === 'fleet-start' || f.kind === 'inst-kill' || f.kind === 'inst-term') continue;
@@ -351,12 +390,12 @@ function onLease(h: History, plan: Plan, admitted: readonly RequestEvent[], at: 
  * the plan over the widest interval they may have taken, [sent_i, max done]: the client's send
  * times alone make an interval too short by the requests' own trip. On top of the plan, the
  * allowances the docs state: with leases, what was on lease as the window began (`onLease`);
- * across a Redis fault or an instance (re)start, what the memory buckets may hand out
+ * across a Redis fault, injected or logged, what the memory buckets may hand out
  * (`outageAllowance`).
  */
 export const rateLimitUpper: Invariant = {
   name: 'rateLimitUpper',
-  bound: 'per key, requests admitted in any interval dt <= capacity + refill_per_second x dt (+1 for the edges), + what was on lease as it began (plans of 20 or more: at most the lease allowance, and about three times what the key was answered in the 2 s before); across a Redis fault, one an instance logged, or an instance (re)start, + what each process may spend from memory: what it last saw left (or a full bucket), with its refill since',
+  bound: 'per key, requests admitted in any interval dt <= capacity + refill_per_second x dt (+1 for the edges), + what was on lease as it began (plans of 20 or more: at most the lease allowance, and three times what the key was answered in the 2 s before + 4 a process for its first leases of a token or two); across a Redis fault or one an instance logged (a process (re)started adds nothing by itself: its log says when its first connection was late), + what each process may spend from memory: what it last saw left (or a full bucket), with its refill since (an instance\'s logged outage that a fault made explains counts once, with that fault)',
   check: (h) => {
     const out: Violation[] = [];
     for (const [key, all] of requestsByKey(h)) {
@@ -517,37 +556,52 @@ export const versionsMonotonic: Invariant = {
   check: (h) => {
     const out: Violation[] = [];
     for (const list of answersOn(h).values()) {
+      const bodies = list.filter((r) => r.status === 200 && r.version !== undefined);
+      // The newest version answered before each request was sent, whichever request of those it was:
+      // answers overlap, so the one answered last need not be the newest.
+      const byDone = [...bodies].sort((a, b) => a.done - b.done);
       let newest: RequestEvent | undefined;
-      for (const r of list) {
-        if (r.status !== 200 || r.version === undefined) continue;
-        if (newest !== undefined && newest.done < r.sent && r.version < newest.version!) {
+      let k = 0;
+      for (const r of bodies) {
+        for (; k < byDone.length && byDone[k]!.done < r.sent; k++) if (newest === undefined || byDone[k]!.version! > newest.version!) newest = byDone[k];
+        if (newest !== undefined && r.version! < newest.version!) {
           out.push({ invariant: 'versionsMonotonic', message: `instance ${r.inst} answered ${resourceOf(r.path)} v${r.version} after v${newest.version}`, at: r.sent, slice: [newest, r] });
           break;
         }
-        if (newest === undefined || (r.version > newest.version! && r.done > newest.done)) newest = r;
       }
     }
     return out;
   },
 };
 
+/**
+ * The TTLs (s) that may have been in force while call `c` was made, a reload taking up to
+ * RELOAD_SETTLE_MS to apply: the entry it stored keeps one of them (its `ttlMs`, from the time
+ * the provider answered), whatever a later reload sets.
+ */
+function ttlsStoring(h: History, c: CallEvent): number[] {
+  const configs = [...h.configs].sort((a, b) => a.at - b.at);
+  return [{ at: -Infinity, ttl: h.run.ttl }, ...configs].filter((s, i) => s.at <= c.end && (configs[i]?.at ?? Infinity) + RELOAD_SETTLE_MS >= c.start).map((s) => s.ttl);
+}
+
 /** docs/caching.md "Stale serving": nothing is served older than its TTL plus `stale_seconds`. */
 export const staleWithinBound: Invariant = {
   name: 'staleWithinBound',
-  bound: 'a 200 body was last answered by the provider at most ttl + stale_seconds (+1.5 s for whole seconds) before it was sent',
+  bound: 'a 200 body was answered by the provider at most ttl + stale_seconds (+1.5 s for whole seconds) before it was sent, ttl the one in force when that answer was stored (the largest a reload may have left in force during the call)',
   check: (h) => {
     const out: Violation[] = [];
-    const ttl = Math.max(h.run.ttl, ...h.configs.map((c) => c.ttl));
-    const limit = (ttl + h.run.staleSeconds) * 1000 + 1500;
+    const ttlOf = (c: CallEvent) => Math.max(...ttlsStoring(h, c));
+    const expiry = (c: CallEvent) => c.end + (ttlOf(c) + h.run.staleSeconds) * 1000 + 1500;
     for (const r of h.requests) {
       if (r.status !== 200 || r.version === undefined) continue;
       const res = resourceOf(r.path);
-      const source = h.calls.filter((c) => c.start < r.done && c.resources.some((x, i) => x === res && c.versions?.[i] === r.version)).at(-1);
-      if (source === undefined) {
+      const sources = h.calls.filter((c) => c.start < r.done && c.resources.some((x, i) => x === res && c.versions?.[i] === r.version));
+      if (sources.length === 0) {
         out.push({ invariant: 'staleWithinBound', message: `${res} v${r.version} answered, but the provider never answered that version`, at: r.sent, slice: [r] });
         continue;
       }
-      if (r.sent - source.end > limit) out.push({ invariant: 'staleWithinBound', message: `${res} v${r.version} answered ${Math.round(r.sent - source.end)} ms after the provider last answered it (ttl ${ttl} s + stale ${h.run.staleSeconds} s)`, at: r.sent, slice: [source, r] });
+      const source = sources.reduce((a, b) => (expiry(b) >= expiry(a) ? b : a));
+      if (r.sent > expiry(source)) out.push({ invariant: 'staleWithinBound', message: `${res} v${r.version} answered ${Math.round(r.sent - source.end)} ms after the provider last answered it (ttl ${ttlOf(source)} s + stale ${h.run.staleSeconds} s)`, at: r.sent, slice: [source, r] });
     }
     return out.slice(0, 5);
   },
@@ -686,7 +740,7 @@ export const refusalOnlyOverCap: Invariant = {
  */
 export const acceptedKeyReadsCache: Invariant = {
   name: 'acceptedKeyReadsCache',
-  bound: 'in pass-through, no 429 to a key whose latest verdict on the endpoint is an acceptance less than twice verify_ttl_seconds (less 0.5 s) old, for a path without a query the provider answered 200 less than the TTL (the smallest a SIGHUP set, less 0.5 s) before, with no purge of it, no Redis fault and no provider 429 since',
+  bound: 'in pass-through, no 429 to a key whose latest verdict on the endpoint is an acceptance less than twice verify_ttl_seconds (less 0.5 s) old, for a path without a query the provider answered 200 less than the TTL (the one in force when it answered, the smallest a reload may have left then, less 0.5 s) before, with no purge of it, no Redis fault and no provider 429 since',
   check: (h) => {
     if (!h.run.passThrough) return [];
     const out: Violation[] = [];
@@ -697,9 +751,11 @@ export const acceptedKeyReadsCache: Invariant = {
       if (r.path.includes('?')) continue;
       const res = resourceOf(r.path);
       if (!acceptedOn(h, r.key, endpointOf(res), r.sent)) continue;
-      const ttl = Math.min(h.run.ttl, ...h.configs.filter((c) => c.at <= r.sent).map((c) => c.ttl));
-      const fresh = h.calls.find((c) => c.status === 200 && c.resources.includes(res) && c.end < r.sent && r.sent < c.end + ttl * 1000 - 500);
+      // The entry keeps the TTL in force when it was stored: the smallest a reload may have left then.
+      const ttlOf = (c: CallEvent) => Math.min(...ttlsStoring(h, c));
+      const fresh = h.calls.find((c) => c.status === 200 && c.resources.includes(res) && c.end < r.sent && r.sent < c.end + ttlOf(c) * 1000 - 500);
       if (fresh === undefined) continue;
+      const ttl = ttlOf(fresh);
       if (h.purges.some((p) => (p.scope === '*' || p.scope === res) && p.sent <= r.sent && p.done >= fresh.end)) continue;
       if (redisTrouble(h, fresh.end, r.sent).length > 0 || h.calls.some((c) => c.status === 429 && c.end >= fresh.end - 5000 && c.end <= r.sent)) continue;
       out.push({ invariant: 'acceptedKeyReadsCache', message: `accepted key ${r.key} refused 429 for ${res}, cached fresh from t=${Math.round(fresh.end)} (ttl ${ttl} s)`, at: r.sent, slice: [fresh, r] });
@@ -711,13 +767,18 @@ export const acceptedKeyReadsCache: Invariant = {
 /** docs/configuration.md `server.miss_deadline_ms`: a bound on everything a miss waits for. */
 export const liveness: Invariant = {
   name: 'liveness',
-  bound: 'every request answered within miss_deadline_ms + 2 s; no connection failure on an instance that was not being stopped',
+  bound: 'every request answered within miss_deadline_ms + 2 s; no connection failure on an instance that was not being stopped (sent a signal before the answer was due); no process exiting that was sent no signal',
   check: (h) => {
     const out: Violation[] = [];
+    // Every exit the fleet makes it sends a signal for: one without is perch crashing (or exiting on its own).
+    for (const p of h.procs) if (p.kind === 'exit' && p.sentSignal === undefined) out.push({ invariant: 'liveness', message: `instance ${p.inst} (process ${p.gen}) exited unbidden (code ${p.code}, signal ${p.signal})`, at: p.at, slice: [...h.faults.filter((f) => f.at <= p.at && f.until + SETTLE_MS >= p.at), p] });
     for (const r of h.requests) {
       if (r.status > 0 && r.done - r.sent > h.run.missDeadlineMs + 2000) out.push({ invariant: 'liveness', message: `${r.path} answered after ${Math.round(r.done - r.sent)} ms (miss_deadline_ms ${h.run.missDeadlineMs})`, at: r.sent, slice: [...h.faults.filter((f) => f.at <= r.done && f.until >= r.sent), r] });
       if (r.status === 0) {
-        const stopping = h.procs.some((p) => p.inst === r.inst && p.gen === r.gen && p.kind === 'exit' && (p.signalAt ?? p.at) <= r.done + 200);
+        // Being stopped: sent a signal, before its answer was due (a request left hanging until a
+        // kill ended it failed its deadline first). A process that died unbidden is no excuse (it is reported above).
+        const due = r.sent + h.run.missDeadlineMs + 2000;
+        const stopping = h.procs.some((p) => p.inst === r.inst && p.gen === r.gen && p.kind === 'exit' && p.signalAt !== undefined && p.signalAt <= Math.min(r.done + 200, due));
         if (!stopping) out.push({ invariant: 'liveness', message: `connection failed (${r.error}) on instance ${r.inst} that was not being stopped`, at: r.sent, slice: [r] });
       }
     }

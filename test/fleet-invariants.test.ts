@@ -172,6 +172,16 @@ describe('fleet invariants', () => {
     assert.equal(providerStops.check(history({ procs: two, calls: [reject, again(1000), again(2000), again(5000)], configs: [{ t: 'config', at: 4000, caps: RUN.caps, ttl: 2 }] })).length, 0);
   });
 
+  it('providerStops: a 401 after a reload put the credential back takes it out again, and the 401s after it are held to it', () => {
+    const again = (t: number) => call(t, { status: 401 });
+    const two = [STARTED, { ...STARTED, inst: 1 }];
+    const configs: ConfigEvent[] = [{ t: 'config', at: 4000, caps: RUN.caps, ttl: 2 }];
+    assert.equal(providerStops.check(history({ procs: two, configs, calls: [again(0), again(5000), again(6000), again(7000)] })).length, 0);
+    assert.equal(providerStops.check(history({ procs: two, configs, calls: [again(0), again(5000), again(6000), again(7000), again(8000)] })).length, 1);
+    // credential_recheck_seconds (300 s) tries it again: one recheck starts its own count.
+    assert.equal(providerStops.check(history({ procs: two, calls: [again(0), again(301_000), again(302_000), again(303_000), again(304_000)] })).length, 1);
+  });
+
   it('providerQuota: a guard that found Redis away with no fault made (its log) gets its share; one a fault explains, nothing more', () => {
     const down: FaultEvent = { t: 'fault', kind: 'guard-down', at: 3000, until: 4000, inst: 1, detail: "from perch's log" };
     const calls = [call(0, { inst: 1 }), ...[1000, 2000, 3500, 4500].map((t) => call(t, { inst: 0 })), call(5000, { inst: 1 })];
@@ -243,6 +253,19 @@ describe('fleet invariants', () => {
     assert.equal(rateLimitUpper.check(history({ procs: [STARTED], requests: [...before, ...during(2, 0)] })).length, 1);
   });
 
+  it('rateLimitUpper: the outage an instance logged for a fault made is that fault\'s, allowed once', () => {
+    const freeze: FaultEvent = { t: 'fault', kind: 'redis-freeze', at: 1000, until: 2000 };
+    // Instance 1's log: Redis away from a little before the freeze (its clock) to after it.
+    const logged = (at: number, until: number): FaultEvent => ({ t: 'fault', kind: 'redis-seen', at, until, inst: 1 });
+    const before = [0, 1, 2, 3].map((t) => req(t, { ratelimit: `"small";r=${Math.max(0, 2 - t)};t=3` }));
+    const during = (n: number) => Array.from({ length: n }, (_, i) => req(1000 + i, { inst: 1 }));
+    // 5.2 for the plan, + 2.0 for instance 0 (it saw 0 left), + 4.0 for instance 1 (full): 11.2.
+    assert.equal(rateLimitUpper.check(history({ procs: [STARTED], faults: [freeze, logged(900, 2500)], requests: [...before, ...during(4)] })).length, 0);
+    assert.equal(rateLimitUpper.check(history({ procs: [STARTED], faults: [freeze, logged(900, 2500)], requests: [...before, ...during(8)] })).length, 1);
+    // The log alone, no fault made: its own outage, allowed.
+    assert.equal(rateLimitUpper.check(history({ procs: [STARTED], faults: [logged(900, 2500)], requests: [...before, ...during(4)] })).length, 0);
+  });
+
   it('underPlanNeverRefused: a refusal with the bucket empty passes, one with tokens left is caught', () => {
     assert.equal(underPlanNeverRefused.check(history({ procs: [STARTED], requests: [req(0), req(1), req(2), limited(3)] })).length, 0);
     assert.equal(underPlanNeverRefused.check(history({ procs: [STARTED], requests: [req(0), limited(3)] })).length, 1);
@@ -290,6 +313,13 @@ describe('fleet invariants', () => {
     assert.equal(versionsMonotonic.check(history({ requests: [req(0, { version: 2 }), req(100, { version: 1 })] })).length, 1);
     // Another instance may be behind.
     assert.equal(versionsMonotonic.check(history({ requests: [req(0, { version: 2 }), req(100, { version: 1, inst: 1 })] })).length, 0);
+  });
+
+  it('versionsMonotonic: the newest body answered before a request counts, though an older one was answered after it', () => {
+    // v3 answered at t=50, v1 (sent earlier) at t=100: v3 is what the instance had served when t=200 was sent.
+    const overlapping = [req(0, { version: 1, done: 100 }), req(10, { version: 3, done: 50 })];
+    assert.equal(versionsMonotonic.check(history({ requests: [...overlapping, req(200, { version: 3 })] })).length, 0);
+    assert.equal(versionsMonotonic.check(history({ requests: [...overlapping, req(200, { version: 2 })] })).length, 1);
   });
 
   it('staleWithinBound: nothing older than ttl + stale_seconds past the call that answered it', () => {
@@ -360,12 +390,39 @@ describe('fleet invariants', () => {
     assert.equal(refusalOnlyOverCap.check(history({ ...pt, calls: [verdict('/v1/tweets/5')], requests: [refused] })).length, 0);
   });
 
+  it('acceptedKeyReadsCache: the TTL is the one in force when the provider answered, not the least of the run so far', () => {
+    const pt = { run: { passThrough: true, ttl: 5, verifyTtl: 5 }, procs: [STARTED] };
+    const alpha = { cred: 'fleet-genuine-alpha-1234567' };
+    // A reload to ttl 0 at 1 s, then back to 30 s at 2 s: the answer of t=5 s is cached for 30 s.
+    const configs: ConfigEvent[] = [{ t: 'config', at: 1000, caps: RUN.caps, ttl: 0 }, { t: 'config', at: 2000, caps: RUN.caps, ttl: 30 }];
+    const refused = (sent: number) => req(sent, { status: 429, cache: 'perch; fwd=miss' });
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, configs, calls: [call(1500, alpha)], requests: [req(100), refused(10_000)] })).length, 0);
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, configs, calls: [call(5000, alpha)], requests: [req(100), refused(10_000)] })).length, 1);
+  });
+
   it('liveness: answers within miss_deadline_ms + 2 s; connection failures only on an instance being stopped', () => {
     assert.equal(liveness.check(history({ requests: [req(0, { done: 3900 })] })).length, 0);
     assert.equal(liveness.check(history({ requests: [req(0, { done: 4100 })] })).length, 1);
     const refused = req(0, { status: 0, error: 'ECONNREFUSED' });
     assert.equal(liveness.check(history({ requests: [refused] })).length, 1);
     assert.equal(liveness.check(history({ requests: [refused], procs: [{ t: 'proc', inst: 0, gen: 1, kind: 'exit', at: 10, sentSignal: 'SIGKILL', signalAt: 0 }] })).length, 0);
+  });
+
+  it('liveness: a process that exits with no signal sent crashed: reported, and no excuse for the connections it failed', () => {
+    const refused = req(0, { status: 0, error: 'ECONNRESET' });
+    const killed: ProcEvent = { t: 'proc', inst: 0, gen: 1, kind: 'exit', at: 10, code: null, signal: 'SIGKILL', sentSignal: 'SIGKILL', signalAt: 0 };
+    const { sentSignal: _sent, signalAt: _at, ...crashed } = { ...killed, code: 1, signal: null };
+    assert.equal(liveness.check(history({ requests: [refused], procs: [killed] })).length, 0);
+    const found = liveness.check(history({ requests: [refused], procs: [crashed] })).map((v) => v.message);
+    assert.deepEqual(found.map((m) => /exited unbidden|connection failed/.exec(m)?.[0]), ['exited unbidden', 'connection failed']);
+  });
+
+  it('liveness: a request left hanging past its deadline is not excused by the kill that ended it', () => {
+    // miss_deadline_ms 2000 + 2 s: due at t=4 s.
+    const hung = req(0, { status: 0, done: 9010, error: 'ECONNRESET' });
+    const killedAt = (signalAt: number): ProcEvent => ({ t: 'proc', inst: 0, gen: 1, kind: 'exit', at: signalAt + 10, code: null, signal: 'SIGKILL', sentSignal: 'SIGKILL', signalAt });
+    assert.equal(liveness.check(history({ requests: [hung], procs: [killedAt(4000)] })).length, 0);
+    assert.equal(liveness.check(history({ requests: [hung], procs: [killedAt(4100)] })).length, 1);
   });
 
   it('termWithinGrace: SIGTERM ends a process within shutdown_grace_ms + 1 s', () => {
@@ -415,6 +472,24 @@ describe('fleet invariants over reloads and counters', () => {
     const halved = { procs: [STARTED], configs: [reload(-5000, { plans: { small: { capacity: 1, refill: 1 } } })] };
     assert.equal(underPlanNeverRefused.check(history({ ...halved, requests: [req(0), limited(3)] })).length, 0);
     assert.equal(underPlanNeverRefused.check(history({ procs: [STARTED], requests: [req(0), limited(3)] })).length, 1);
+  });
+
+  it('providerRate: a reload that lowered the cap holds the provider to it from a second after, not before', () => {
+    const lowered = [reload(0, { caps: { ...RUN.caps, rate: 1 } })];
+    // An instance that has not applied the reload yet (within a second) admits under the old cap of 2.
+    assert.equal(providerRate.check(history({ procs: [STARTED], configs: lowered, calls: [call(700), call(800)] })).length, 0);
+    assert.equal(providerRate.check(history({ procs: [STARTED], configs: lowered, calls: [call(1100), call(1200)] })).length, 1);
+  });
+
+  it('staleWithinBound: an entry keeps the TTL in force when it was stored, not the largest of the run', () => {
+    // ttl 2 + stale 3 (+1.5 s) for the body of t=0; a reload to ttl 30 at t=10 s changes only what is stored after it.
+    const configs = [reload(10_000, { ttl: 30 })];
+    assert.equal(staleWithinBound.check(history({ configs, calls: [call(0), call(10_500, { versions: [2] })], requests: [req(6000), req(40_000, { version: 2 })] })).length, 0);
+    assert.equal(staleWithinBound.check(history({ configs, calls: [call(0)], requests: [req(7000)] })).length, 1);
+    // A call the reload was still reaching may have stored under the old TTL, the larger here.
+    const lowered = [{ ...reload(10_000, { ttl: 0 }) }, reload(-1, { ttl: 30 })];
+    assert.equal(staleWithinBound.check(history({ configs: lowered, calls: [call(10_500)], requests: [req(40_000)] })).length, 0);
+    assert.equal(staleWithinBound.check(history({ configs: lowered, calls: [call(11_500)], requests: [req(16_100)] })).length, 1);
   });
 
   it('authFollowsReload: a removed key gets 401, an added key is served, within a second of the reload', () => {
