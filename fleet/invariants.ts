@@ -137,17 +137,20 @@ function processesOf(h: History, i: number): number {
  */
 export function outageBound(h: History, limit: number, share: number, calls: readonly CallEvent[], trouble: readonly FaultEvent[]): number {
   const a = Math.max(1, Math.floor(limit * share));
-  const spentBefore = (i: number, at: number) => calls.filter((c) => c.inst === i && c.start < at + SLACK_MS).length;
+  // Calls stamped within SLACK_MS of the fault may have been admitted on either side of it: each
+  // bound reads them the way that allows more (a fleet-wide outage sums max(rᵢ, a), one
+  // instance away adds max(rᵢ, a) - rᵢ).
+  const spentBefore = (i: number, at: number) => calls.filter((c) => c.inst === i && c.start < at).length;
   const most = (i: number, r: number) => Math.max(r, a) + (processesOf(h, i) - 1) * a;
   let extra = 0;
   for (const f of trouble) {
     if (FLEET_OUTAGES.has(f.kind)) {
       let sum = 0;
-      for (let i = 0; i < h.run.instances; i++) sum += most(i, spentBefore(i, f.at));
+      for (let i = 0; i < h.run.instances; i++) sum += most(i, spentBefore(i, f.at + SLACK_MS));
       extra += Math.max(0, sum - limit);
     } else if (ONE_OUTAGES.has(f.kind) && f.inst !== undefined) {
       const restarted = f.kind === 'inst-kill' || f.kind === 'inst-term';
-      const r = restarted ? 0 : spentBefore(f.inst, f.at);
+      const r = restarted ? 0 : spentBefore(f.inst, f.at - SLACK_MS);
       extra += most(f.inst, r) - r;
     }
   }

@@ -118,6 +118,8 @@ describe('fleet invariants', () => {
     const calls = [call(0, { inst: 1 }), ...[1000, 2000, 3500, 4500].map((t) => call(t, { inst: 0 }))];
     assert.equal(providerQuota.check(history({ procs: [STARTED], faults: [cut], calls: [...calls, call(5000, { inst: 1 })] })).length, 0);
     assert.equal(providerQuota.check(history({ procs: [STARTED], faults: [cut], calls: [...calls, call(5000, { inst: 1 }), call(5100, { inst: 1 })] })).length, 1);
+    // Its call stamped 100 ms into the cut may be from its share: counted as spent before, it would allow none.
+    assert.equal(providerQuota.check(history({ procs: [STARTED], faults: [cut], calls: [...calls, call(3100, { inst: 1 })] })).length, 0);
     // Instance 1 as two worker processes: 2 more shares... its 1 spent counted once: max(1, 2) + 2 - 1 = 3 more.
     const workers = { procs: [STARTED], faults: [{ ...cut, inst: 0 }], run: { workers: 2 } };
     const spent = [call(0, { inst: 0 }), ...[1000, 2000, 3500, 4500].map((t) => call(t, { inst: 1 }))];
