@@ -701,9 +701,12 @@ function quotaShareSpent(h: History, r: RequestEvent, caps: Caps, calls: readonl
   return own >= Math.floor(caps.downShare * caps.quota.requests) - 1;
 }
 
+/** How long after a refusal a call admitted before it may still be on its way to the stand-in. */
+const ADMITTED_AHEAD_MS = 300;
+
 export const refusalOnlyOverCap: Invariant = {
   name: 'refusalOnlyOverCap',
-  bound: 'a provider-side 429 only when, around it, calls filled seven tenths of the cap (in the second before and while it waited), the quota or max_concurrent, its instance\'s share of the quota in a quota window after the fleet\'s start or a Redis restart, or a stop, a budget, a provider failure or a Redis fault was there; in pass-through, to a key whose latest verdict on the endpoint is an acceptance less than twice verify_ttl_seconds old',
+  bound: 'a provider-side 429 only when, around it, calls filled seven tenths of the cap (in the second before and while it waited), the quota (each with the calls stamped up to 0.3 s after it) or max_concurrent, its instance\'s share of the quota in a quota window after the fleet\'s start or a Redis restart, or a stop, a budget, a provider failure or a Redis fault was there; in pass-through, to a key whose latest verdict on the endpoint is an acceptance less than twice verify_ttl_seconds old',
   check: (h) => {
     const out: Violation[] = [];
     for (const r of h.requests) {
@@ -721,9 +724,11 @@ export const refusalOnlyOverCap: Invariant = {
         const caps = capsDuring(h, u, from, r.done, true);
         if (caps === undefined) continue;
         const calls = callsOf(h, u);
-        const near = calls.filter((c) => c.start >= from && c.start <= r.done).length;
+        // A call admitted as the refusal was decided reaches the stand-in a little after it.
+        const admittedBy = r.done + ADMITTED_AHEAD_MS;
+        const near = calls.filter((c) => c.start >= from && c.start <= admittedBy).length;
         const quotaFrom = r.sent - caps.quota.perSeconds * 1000;
-        const inQuota = calls.filter((c) => c.start >= quotaFrom && c.start <= r.done).length;
+        const inQuota = calls.filter((c) => c.start >= quotaFrom && c.start <= admittedBy).length;
         const inFlight = Math.max(0, ...calls.filter((c) => c.start <= r.done && c.end >= r.sent).map((c) => calls.filter((o) => o.start <= c.start && o.end >= c.start).length));
         // In pass-through a 401 is the provider refusing a made-up key, no stop.
         const stopped = calls.some((c) => (c.status === 429 || (c.status === 401 && !h.run.passThrough) || c.status >= 500) && c.end >= r.sent - 300_000 && c.end <= r.done);

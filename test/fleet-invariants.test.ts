@@ -345,6 +345,9 @@ describe('fleet invariants', () => {
     const refused = req(1000, { status: 429, cache: 'perch; fwd=miss' });
     assert.equal(refusalOnlyOverCap.check(history({ procs: [STARTED], calls: [call(500), call(900)], requests: [refused] })).length, 0);
     assert.equal(refusalOnlyOverCap.check(history({ procs: [STARTED], requests: [refused] })).length, 1);
+    // A call admitted as the refusal was decided reaches the provider a little after it.
+    assert.equal(refusalOnlyOverCap.check(history({ procs: [STARTED], calls: [call(1200, { inst: 1 })], requests: [refused] })).length, 0);
+    assert.equal(refusalOnlyOverCap.check(history({ procs: [STARTED], calls: [call(1400, { inst: 1 })], requests: [refused] })).length, 1);
   });
 
   it('refusalOnlyOverCap: for a quota window after the first ask, or a Redis restart, an instance keeps to its share of the quota', () => {
