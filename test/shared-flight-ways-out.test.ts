@@ -11,6 +11,7 @@ import { spawnPerch, type PerchProcess } from './helpers/perch-process.js';
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
 import { json, sampleProvider, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
 import { tempDir } from './helpers/temp-dir.js';
+import { startTcpProxy } from './helpers/tcp-proxy.js';
 
 // The ways out of a miss that another request holds the flight of, over real processes: a
 // client that leaves while its instance waits on another instance's lease, and a second key
@@ -148,6 +149,39 @@ test("a client that leaves while its instance waits on another instance's lease:
   const line = accessLines(b!)[0]!;
   assert.deepEqual([line.key_id, line.status, line.cache, line.upstream_call], ['bravo', 499, 'miss', false]);
   assert.equal(await metric(b!, 'perch_key_upstream_calls_total{key_id="bravo",upstream="main"}'), undefined, 'bravo paid for no call');
+});
+
+test("a client that left while its instance read its rate-limit turn from Redis: that instance does not wait on another instance's lease for it", { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  // B reaches Redis through a relay that can hold Redis's replies to it.
+  const relay = await startTcpProxy(t, redis.port);
+  const dir = tempDir(t, 'perch-flight-');
+  writeFileSync(join(dir, 'a.yaml'), yaml(redis, upstream));
+  writeFileSync(join(dir, 'b.yaml'), yaml(redis, upstream).replace(redis.url, relay.url));
+  const [a, b] = [await spawnPerch(t, join(dir, 'a.yaml')), await spawnPerch(t, join(dir, 'b.yaml'))];
+  const seen = await monitor(t, redis);
+  const held = holding(upstream);
+  const leader = get(a, KEY);
+  await waitFor(() => held.length === 1);
+  relay.hold();
+  const asked = seen.length;
+  const gone = await leaving(b, OTHER_KEY);
+  // bravo's first request on B asks Redis for its rate-limit turn; the answer is held.
+  await waitFor(() => seen.slice(asked).some(({ args }) => args.some((arg) => arg.includes('bravo'))), 10_000);
+  gone.leave();
+  // B saw the reset before a request sent after it; then it has its turn, and goes on to the miss.
+  await fetch(`${b.url}/healthz`);
+  relay.release();
+  await waitFor(() => accessLines(b).length === 1, 10_000);
+  const line = accessLines(b)[0]!;
+  assert.deepEqual([line.key_id, line.status, line.upstream_call], ['bravo', 499, false]);
+  // The holder's call fails and frees the lease: nothing of B's is left to take it up.
+  upstream.behaviour = sampleProvider;
+  json(503, { error: 'down' })(held[0]!.req, held[0]!.res);
+  assert.equal((await leader).status, 502);
+  await waitFor(async () => (await leaseHeld(redis)) === false);
+  assert.equal(upstream.requests.length, 1);
 });
 
 /** Whether any instance holds the lease of /v1/users/1. */

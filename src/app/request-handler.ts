@@ -137,7 +137,10 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     if (served !== undefined) return respond(x, served);
     // A flight that waits on another instance's lease for clients that all left stops waiting.
     // Only a connection that is gone tells: a client's FIN may be a half-close (listener.ts).
+    // A client may be gone already (while its rate-limit turn was read from Redis, say): its
+    // close has been emitted, and no listener added now would hear it.
     const left = new AbortController();
+    if (x.res.destroyed) left.abort();
     x.res.once('close', () => {
       if (!x.res.writableFinished) left.abort();
     });
