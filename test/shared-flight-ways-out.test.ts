@@ -332,3 +332,29 @@ test("a miss waiting on another instance's lease answers at its deadline though 
   redis.thaw();
   assert.equal((await first).status, 504);
 });
+
+test("a client that leaves while Redis is frozen under its instance's lease wait: that instance stops waiting at once, not at its deadline", { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  // The provider never answers; Redis's commands may take longer than the whole deadline.
+  const upstream = await startUpstream(t, () => undefined);
+  const path = join(tempDir(t, 'perch-flight-'), 'perch.yaml');
+  writeFileSync(path, yaml(redis, upstream).replace('miss_deadline_ms: 5000', 'miss_deadline_ms: 3000').replace('command_timeout_ms: 2000', 'command_timeout_ms: 8000'));
+  const [a, b] = [await spawnPerch(t, path), await spawnPerch(t, path)];
+  const seen = await monitor(t, redis);
+  const first = get(a, KEY);
+  await waitFor(() => upstream.requests.length === 1);
+  const gone = await leaving(b, OTHER_KEY);
+  await waitFor(() => [...leaseAsks(seen).values()].some((n) => n >= 2), 10_000);
+  redis.freeze();
+  onCleanup(t, () => redis.thaw());
+  const left = performance.now();
+  gone.leave();
+  await waitFor(() => accessLines(b).length === 1, 10_000);
+  const ms = performance.now() - left;
+  const line = accessLines(b)[0]!;
+  assert.deepEqual([line.key_id, line.status, line.upstream_call], ['bravo', 499, false]);
+  assert.ok(ms < 1000, `logged ${Math.round(ms)} ms after the client left, miss_deadline_ms 3000`);
+  redis.thaw();
+  assert.equal((await first).status, 504);
+  assert.equal(upstream.requests.length, 1);
+});
