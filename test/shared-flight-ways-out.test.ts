@@ -104,14 +104,15 @@ function get(perch: PerchProcess, key: string): Promise<Response> {
 
 /**
  * A request whose client goes away at `leave()` with a reset: a FIN alone would be a half-close,
- * which perch still answers (listener.ts).
+ * which perch still answers (listener.ts). `pipelined`: that many requests sent at once on the
+ * connection.
  */
-async function leaving(perch: PerchProcess, key: string): Promise<{ leave(): void }> {
+async function leaving(perch: PerchProcess, key: string, pipelined = 1): Promise<{ leave(): void }> {
   const { hostname, port } = new URL(perch.url);
   const socket = connect(Number(port), hostname);
   socket.on('error', () => {});
   await new Promise((resolve) => socket.once('connect', resolve));
-  socket.write(`GET /v1/users/1 HTTP/1.1\r\nHost: perch\r\nx-api-key: ${key}\r\n\r\n`);
+  socket.write(`GET /v1/users/1 HTTP/1.1\r\nHost: perch\r\nx-api-key: ${key}\r\n\r\n`.repeat(pipelined));
   return { leave: () => void socket.resetAndDestroy() };
 }
 
@@ -177,6 +178,33 @@ test("a client that left while its instance read its rate-limit turn from Redis:
   const line = accessLines(b)[0]!;
   assert.deepEqual([line.key_id, line.status, line.upstream_call], ['bravo', 499, false]);
   // The holder's call fails and frees the lease: nothing of B's is left to take it up.
+  upstream.behaviour = sampleProvider;
+  json(503, { error: 'down' })(held[0]!.req, held[0]!.res);
+  assert.equal((await leader).status, 502);
+  await waitFor(async () => (await leaseHeld(redis)) === false);
+  assert.equal(upstream.requests.length, 1);
+});
+
+test("a client that leaves with requests pipelined while its instance waits on another instance's lease: that instance calls nobody for any of them", { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const [a, b] = await instances(t, redis, upstream, 2);
+  const seen = await monitor(t, redis);
+  const held = holding(upstream);
+  const leader = get(a!, KEY);
+  await waitFor(() => held.length === 1);
+  // Node answers pipelined requests in order: the second's response waits behind the first's.
+  const gone = await leaving(b!, OTHER_KEY, 2);
+  await waitFor(() => [...leaseAsks(seen).values()].some((n) => n >= 2), 10_000);
+  gone.leave();
+  await waitFor(() => accessLines(b!).length === 2, 10_000);
+  assert.deepEqual(
+    accessLines(b!).map((l) => [l.key_id, l.status, l.upstream_call]),
+    [
+      ['bravo', 499, false],
+      ['bravo', 499, false],
+    ],
+  );
   upstream.behaviour = sampleProvider;
   json(503, { error: 'down' })(held[0]!.req, held[0]!.res);
   assert.equal((await leader).status, 502);
