@@ -6,7 +6,8 @@ import { test, type TestContext } from 'node:test';
 import { connect } from 'node:net';
 import { Redis } from 'ioredis';
 import { onCleanup } from './helpers/cleanup.js';
-import { KEY, metric, OTHER_KEY, testConfig, v1, waitFor } from './helpers/perch.js';
+import { ManualClock } from './helpers/clock.js';
+import { KEY, metric, OTHER_KEY, startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { spawnPerch, type PerchProcess } from './helpers/perch-process.js';
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
 import { json, sampleProvider, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
@@ -107,7 +108,7 @@ function get(perch: PerchProcess, key: string): Promise<Response> {
  * which perch still answers (listener.ts). `pipelined`: that many requests sent at once on the
  * connection.
  */
-async function leaving(perch: PerchProcess, key: string, pipelined = 1): Promise<{ leave(): void }> {
+async function leaving(perch: Pick<PerchProcess, 'url'>, key: string, pipelined = 1): Promise<{ leave(): void }> {
   const { hostname, port } = new URL(perch.url);
   const socket = connect(Number(port), hostname);
   socket.on('error', () => {});
@@ -385,4 +386,43 @@ test("a client that leaves while Redis is frozen under its instance's lease wait
   redis.thaw();
   assert.equal((await first).status, 504);
   assert.equal(upstream.requests.length, 1);
+});
+
+test("a miss whose clients all left while it waited on another instance's lease is no failure of its key: the key's refresh backoff stands as it was", { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const yaml = testConfig(v1('main', upstream.url, 'retries: 0'), `cache: { stale_seconds: 1, ttl_seconds: { user: 5 }, redis: { url: "${redis.url}", prefix: "w:" } }`);
+  const [clockA, clockB] = [new ManualClock(), new ManualClock()];
+  const advance = (ms: number) => [clockA, clockB].forEach((clock) => clock.advance(ms));
+  const [a, b] = [await startPerch(t, yaml, { clock: clockA }), await startPerch(t, yaml, { clock: clockB })];
+  await waitFor(() => a.cache.redisConnected === true && b.cache.redisConnected === true);
+  const seen = await monitor(t, redis);
+  assert.equal((await b.request('/v1/users/1')).status, 200);
+  // Stale on B: its refresh fails, so the key's next refresh waits 5 s (until 10.5 s).
+  advance(5500);
+  upstream.behaviour = json(503, {});
+  assert.equal((await b.request('/v1/users/1')).headers.get('cache-status'), 'perch; fwd=stale; ttl=-1');
+  await waitFor(() => b.logs.lines().some((l) => l.msg === 'upstream failed'));
+  // Past its stale window the entry is gone: B's next miss waits on the lease another instance holds.
+  advance(1000);
+  const other = new Redis(redis.url);
+  onCleanup(t, () => void other.disconnect());
+  await other.set(`w:${LEASE}`, 'another instance', 'PX', 60_000);
+  const asks = () => [...leaseAsks(seen).values()].reduce((sum, n) => sum + n, 0);
+  const before = asks();
+  const gone = await leaving(b, OTHER_KEY);
+  // B asks for the lease on its first look, then again at every poll: polling, it asked twice.
+  await waitFor(() => asks() >= before + 2, 10_000);
+  gone.leave();
+  await waitFor(() => b.logs.lines().some((l) => l.msg === 'request' && l.status === 499), 10_000);
+  await other.del(`w:${LEASE}`);
+  // A stores a fresh answer (at 6.5 s), which B reads from Redis.
+  upstream.behaviour = sampleProvider;
+  assert.equal((await a.request('/v1/users/1')).status, 200);
+  await waitFor(async () => (await b.cache.remote('/v1/users/1'))?.fresh === true);
+  const calls = upstream.requests.length;
+  // Stale on B at 12 s, past the backoff its failed refresh set: a refresh goes out.
+  advance(5500);
+  assert.equal((await b.request('/v1/users/1')).headers.get('cache-status'), 'perch; fwd=stale; ttl=-1');
+  await waitFor(() => upstream.requests.length === calls + 1, 5000);
 });
