@@ -1,4 +1,3 @@
-import { setMaxListeners } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Client, KeyStore } from '../auth/key-store.js';
@@ -154,8 +153,6 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     if (signal !== undefined) return signal;
     const controller = new AbortController();
     signal = controller.signal;
-    // Each request pipelined on the connection may wait on it.
-    setMaxListeners(0, signal);
     if (socket.destroyed) controller.abort();
     else socket.once('close', () => controller.abort());
     connections.set(socket, signal);
