@@ -213,6 +213,34 @@ test("a client that leaves with requests pipelined while its instance waits on a
   assert.equal(upstream.requests.length, 1);
 });
 
+test(
+  "a client that resets before its instance even read its request: that instance does not wait on another instance's lease for it",
+  { timeout: 60_000, todo: 'Linux hands perch a request whose connection was reset before perch accepted it as the request then EOF, which reads as a half-close perch must answer' },
+  async (t) => {
+    const redis = await startRedis(t);
+    const upstream = await startUpstream(t, sampleProvider);
+    const [a, b] = await instances(t, redis, upstream, 2);
+    const held = holding(upstream);
+    const leader = get(a!, KEY);
+    await waitFor(() => held.length === 1);
+    // B stopped: the kernel takes the connection and its request, and the reset, for it.
+    b!.process.kill('SIGSTOP');
+    onCleanup(t, () => void b!.process.kill('SIGCONT'));
+    const gone = await leaving(b!, OTHER_KEY);
+    gone.leave();
+    b!.process.kill('SIGCONT');
+    await waitFor(() => accessLines(b!).length === 1, 10_000);
+    assert.deepEqual(
+      accessLines(b!).map((l) => [l.key_id, l.status, l.upstream_call]),
+      [['bravo', 499, false]],
+    );
+    upstream.behaviour = sampleProvider;
+    json(503, { error: 'down' })(held[0]!.req, held[0]!.res);
+    assert.equal((await leader).status, 502);
+    assert.equal(upstream.requests.length, 1);
+  },
+);
+
 /** Whether any instance holds the lease of /v1/users/1. */
 async function leaseHeld(redis: TestRedis): Promise<boolean> {
   const client = new Redis(redis.url);
