@@ -6,11 +6,13 @@ import { test, type TestContext } from 'node:test';
 import { connect } from 'node:net';
 import { Redis } from 'ioredis';
 import { onCleanup } from './helpers/cleanup.js';
-import { KEY, metric, OTHER_KEY, testConfig, v1, waitFor } from './helpers/perch.js';
+import { ManualClock } from './helpers/clock.js';
+import { KEY, metric, OTHER_KEY, startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
 import { spawnPerch, type PerchProcess } from './helpers/perch-process.js';
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
 import { json, sampleProvider, startUpstream, type TestUpstream } from './helpers/upstream-server.js';
 import { tempDir } from './helpers/temp-dir.js';
+import { startTcpProxy } from './helpers/tcp-proxy.js';
 
 // The ways out of a miss that another request holds the flight of, over real processes: a
 // client that leaves while its instance waits on another instance's lease, and a second key
@@ -103,14 +105,15 @@ function get(perch: PerchProcess, key: string): Promise<Response> {
 
 /**
  * A request whose client goes away at `leave()` with a reset: a FIN alone would be a half-close,
- * which perch still answers (listener.ts).
+ * which perch still answers (listener.ts). `pipelined`: that many requests sent at once on the
+ * connection.
  */
-async function leaving(perch: PerchProcess, key: string): Promise<{ leave(): void }> {
+async function leaving(perch: Pick<PerchProcess, 'url'>, key: string, pipelined = 1): Promise<{ leave(): void }> {
   const { hostname, port } = new URL(perch.url);
   const socket = connect(Number(port), hostname);
   socket.on('error', () => {});
   await new Promise((resolve) => socket.once('connect', resolve));
-  socket.write(`GET /v1/users/1 HTTP/1.1\r\nHost: perch\r\nx-api-key: ${key}\r\n\r\n`);
+  socket.write(`GET /v1/users/1 HTTP/1.1\r\nHost: perch\r\nx-api-key: ${key}\r\n\r\n`.repeat(pipelined));
   return { leave: () => void socket.resetAndDestroy() };
 }
 
@@ -149,6 +152,94 @@ test("a client that leaves while its instance waits on another instance's lease:
   assert.deepEqual([line.key_id, line.status, line.cache, line.upstream_call], ['bravo', 499, 'miss', false]);
   assert.equal(await metric(b!, 'perch_key_upstream_calls_total{key_id="bravo",upstream="main"}'), undefined, 'bravo paid for no call');
 });
+
+test("a client that left while its instance read its rate-limit turn from Redis: that instance does not wait on another instance's lease for it", { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  // B reaches Redis through a relay that can hold Redis's replies to it.
+  const relay = await startTcpProxy(t, redis.port);
+  const dir = tempDir(t, 'perch-flight-');
+  writeFileSync(join(dir, 'a.yaml'), yaml(redis, upstream));
+  writeFileSync(join(dir, 'b.yaml'), yaml(redis, upstream).replace(redis.url, relay.url));
+  const [a, b] = [await spawnPerch(t, join(dir, 'a.yaml')), await spawnPerch(t, join(dir, 'b.yaml'))];
+  const seen = await monitor(t, redis);
+  const held = holding(upstream);
+  const leader = get(a, KEY);
+  await waitFor(() => held.length === 1);
+  relay.hold();
+  const asked = seen.length;
+  const gone = await leaving(b, OTHER_KEY);
+  // bravo's first request on B asks Redis for its rate-limit turn; the answer is held.
+  await waitFor(() => seen.slice(asked).some(({ args }) => args.some((arg) => arg.includes('bravo'))), 10_000);
+  gone.leave();
+  // B saw the reset before a request sent after it; then it has its turn, and goes on to the miss.
+  await fetch(`${b.url}/healthz`);
+  relay.release();
+  await waitFor(() => accessLines(b).length === 1, 10_000);
+  const line = accessLines(b)[0]!;
+  assert.deepEqual([line.key_id, line.status, line.upstream_call], ['bravo', 499, false]);
+  // The holder's call fails and frees the lease: nothing of B's is left to take it up.
+  upstream.behaviour = sampleProvider;
+  json(503, { error: 'down' })(held[0]!.req, held[0]!.res);
+  assert.equal((await leader).status, 502);
+  await waitFor(async () => (await leaseHeld(redis)) === false);
+  assert.equal(upstream.requests.length, 1);
+});
+
+test("a client that leaves with requests pipelined while its instance waits on another instance's lease: that instance calls nobody for any of them", { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const [a, b] = await instances(t, redis, upstream, 2);
+  const seen = await monitor(t, redis);
+  const held = holding(upstream);
+  const leader = get(a!, KEY);
+  await waitFor(() => held.length === 1);
+  // Node answers pipelined requests in order: the second's response waits behind the first's.
+  const gone = await leaving(b!, OTHER_KEY, 2);
+  await waitFor(() => [...leaseAsks(seen).values()].some((n) => n >= 2), 10_000);
+  gone.leave();
+  await waitFor(() => accessLines(b!).length === 2, 10_000);
+  assert.deepEqual(
+    accessLines(b!).map((l) => [l.key_id, l.status, l.upstream_call]),
+    [
+      ['bravo', 499, false],
+      ['bravo', 499, false],
+    ],
+  );
+  upstream.behaviour = sampleProvider;
+  json(503, { error: 'down' })(held[0]!.req, held[0]!.res);
+  assert.equal((await leader).status, 502);
+  await waitFor(async () => (await leaseHeld(redis)) === false);
+  assert.equal(upstream.requests.length, 1);
+});
+
+test(
+  "a client that resets before its instance even read its request: that instance does not wait on another instance's lease for it",
+  { timeout: 60_000, todo: 'Linux hands perch a request whose connection was reset before perch accepted it as the request then EOF, which reads as a half-close perch must answer' },
+  async (t) => {
+    const redis = await startRedis(t);
+    const upstream = await startUpstream(t, sampleProvider);
+    const [a, b] = await instances(t, redis, upstream, 2);
+    const held = holding(upstream);
+    const leader = get(a!, KEY);
+    await waitFor(() => held.length === 1);
+    // B stopped: the kernel takes the connection and its request, and the reset, for it.
+    b!.process.kill('SIGSTOP');
+    onCleanup(t, () => void b!.process.kill('SIGCONT'));
+    const gone = await leaving(b!, OTHER_KEY);
+    gone.leave();
+    b!.process.kill('SIGCONT');
+    await waitFor(() => accessLines(b!).length === 1, 10_000);
+    assert.deepEqual(
+      accessLines(b!).map((l) => [l.key_id, l.status, l.upstream_call]),
+      [['bravo', 499, false]],
+    );
+    upstream.behaviour = sampleProvider;
+    json(503, { error: 'down' })(held[0]!.req, held[0]!.res);
+    assert.equal((await leader).status, 502);
+    assert.equal(upstream.requests.length, 1);
+  },
+);
 
 /** Whether any instance holds the lease of /v1/users/1. */
 async function leaseHeld(redis: TestRedis): Promise<boolean> {
@@ -297,4 +388,69 @@ test("a miss waiting on another instance's lease answers at its deadline though 
   assert.equal(upstream.requests.length, 1);
   redis.thaw();
   assert.equal((await first).status, 504);
+});
+
+test("a client that leaves while Redis is frozen under its instance's lease wait: that instance stops waiting at once, not at its deadline", { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  // The provider never answers; Redis's commands may take longer than the whole deadline.
+  const upstream = await startUpstream(t, () => undefined);
+  const path = join(tempDir(t, 'perch-flight-'), 'perch.yaml');
+  writeFileSync(path, yaml(redis, upstream).replace('miss_deadline_ms: 5000', 'miss_deadline_ms: 3000').replace('command_timeout_ms: 2000', 'command_timeout_ms: 8000'));
+  const [a, b] = [await spawnPerch(t, path), await spawnPerch(t, path)];
+  const seen = await monitor(t, redis);
+  const first = get(a, KEY);
+  await waitFor(() => upstream.requests.length === 1);
+  const gone = await leaving(b, OTHER_KEY);
+  await waitFor(() => [...leaseAsks(seen).values()].some((n) => n >= 2), 10_000);
+  redis.freeze();
+  onCleanup(t, () => redis.thaw());
+  const left = performance.now();
+  gone.leave();
+  await waitFor(() => accessLines(b).length === 1, 10_000);
+  const ms = performance.now() - left;
+  const line = accessLines(b)[0]!;
+  assert.deepEqual([line.key_id, line.status, line.upstream_call], ['bravo', 499, false]);
+  assert.ok(ms < 1000, `logged ${Math.round(ms)} ms after the client left, miss_deadline_ms 3000`);
+  redis.thaw();
+  assert.equal((await first).status, 504);
+  assert.equal(upstream.requests.length, 1);
+});
+
+test("a miss whose clients all left while it waited on another instance's lease is no failure of its key: the key's refresh backoff stands as it was", { timeout: 60_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const yaml = testConfig(v1('main', upstream.url, 'retries: 0'), `cache: { stale_seconds: 1, ttl_seconds: { user: 5 }, redis: { url: "${redis.url}", prefix: "w:" } }`);
+  const [clockA, clockB] = [new ManualClock(), new ManualClock()];
+  const advance = (ms: number) => [clockA, clockB].forEach((clock) => clock.advance(ms));
+  const [a, b] = [await startPerch(t, yaml, { clock: clockA }), await startPerch(t, yaml, { clock: clockB })];
+  await waitFor(() => a.cache.redisConnected === true && b.cache.redisConnected === true);
+  const seen = await monitor(t, redis);
+  assert.equal((await b.request('/v1/users/1')).status, 200);
+  // Stale on B: its refresh fails, so the key's next refresh waits 5 s (until 10.5 s).
+  advance(5500);
+  upstream.behaviour = json(503, {});
+  assert.equal((await b.request('/v1/users/1')).headers.get('cache-status'), 'perch; fwd=stale; ttl=-1');
+  await waitFor(() => b.logs.lines().some((l) => l.msg === 'upstream failed'));
+  // Past its stale window the entry is gone: B's next miss waits on the lease another instance holds.
+  advance(1000);
+  const other = new Redis(redis.url);
+  onCleanup(t, () => void other.disconnect());
+  await other.set(`w:${LEASE}`, 'another instance', 'PX', 60_000);
+  const asks = () => [...leaseAsks(seen).values()].reduce((sum, n) => sum + n, 0);
+  const before = asks();
+  const gone = await leaving(b, OTHER_KEY);
+  // B asks for the lease on its first look, then again at every poll: polling, it asked twice.
+  await waitFor(() => asks() >= before + 2, 10_000);
+  gone.leave();
+  await waitFor(() => b.logs.lines().some((l) => l.msg === 'request' && l.status === 499), 10_000);
+  await other.del(`w:${LEASE}`);
+  // A stores a fresh answer (at 6.5 s), which B reads from Redis.
+  upstream.behaviour = sampleProvider;
+  assert.equal((await a.request('/v1/users/1')).status, 200);
+  await waitFor(async () => (await b.cache.remote('/v1/users/1'))?.fresh === true);
+  const calls = upstream.requests.length;
+  // Stale on B at 12 s, past the backoff its failed refresh set: a refresh goes out.
+  advance(5500);
+  assert.equal((await b.request('/v1/users/1')).headers.get('cache-status'), 'perch; fwd=stale; ttl=-1');
+  await waitFor(() => upstream.requests.length === calls + 1, 5000);
 });

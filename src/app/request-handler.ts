@@ -1,4 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
 import type { Client, KeyStore } from '../auth/key-store.js';
 import { passThrough, type UpstreamVerifier } from '../auth/upstream-verifier.js';
 import type { ReadThrough, Served } from '../cache/read-through.js';
@@ -49,6 +50,8 @@ export interface HandlerDeps {
 export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, res: ServerResponse) => void {
   const { cache, rateLimits, logger, metrics, tracing } = deps;
   const record = recorder(logger, metrics);
+  /** Per connection, whether it is gone (`gone`). */
+  const connections = new WeakMap<Socket, AbortSignal>();
 
   return function handle(req, res) {
     const requestId = requestIdFrom(req.headers['x-request-id']);
@@ -136,12 +139,24 @@ export function createRequestHandler(deps: HandlerDeps): (req: IncomingMessage, 
     const served = hit ?? cache.hit(match.request, x.client!);
     if (served !== undefined) return respond(x, served);
     // A flight that waits on another instance's lease for clients that all left stops waiting.
-    // Only a connection that is gone tells: a client's FIN may be a half-close (listener.ts).
-    const left = new AbortController();
-    x.res.once('close', () => {
-      if (!x.res.writableFinished) left.abort();
-    });
-    return cache.fetch(match.request, x.client!, x.trace, left.signal).then((fetched) => respond(x, fetched));
+    return cache.fetch(match.request, x.client!, x.trace, gone(x.req.socket)).then((fetched) => respond(x, fetched));
+  }
+
+  /**
+   * Aborted once the connection is gone, which only its close tells: a client's FIN may be a
+   * half-close (listener.ts). The connection's, not the response's: a response queued behind a
+   * pipelined one never hears of it. One per connection, whatever it pipelines; it may be gone
+   * already (while a rate-limit turn was read from Redis, say), its close heard by nobody.
+   */
+  function gone(socket: Socket): AbortSignal {
+    let signal = connections.get(socket);
+    if (signal !== undefined) return signal;
+    const controller = new AbortController();
+    signal = controller.signal;
+    if (socket.destroyed) controller.abort();
+    else socket.once('close', () => controller.abort());
+    connections.set(socket, signal);
+    return signal;
   }
 
   function respond(x: Exchange, served: Served): undefined {

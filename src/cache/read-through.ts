@@ -177,8 +177,9 @@ export class ReadThrough {
     if (stale !== undefined) return this.#revalidate(request, client, stale, trace);
 
     const { flight, fetched } = await this.#join(request, client, trace, left);
-    // A key whose refreshes failed lately: this miss's answer ends or extends its backoff.
-    if (flight.leader && this.#backoff.tracks(request.path)) this.#learn(request.path, fetched);
+    // A key whose refreshes failed lately: this miss's answer ends or extends its backoff. A
+    // flight its clients left before it asked anyone says nothing of the key.
+    if (flight.leader && fetched.abandoned !== true && this.#backoff.tracks(request.path)) this.#learn(request.path, fetched);
     return this.#forwarded(request, fetched, flight.leader);
   }
 

@@ -35,19 +35,29 @@ const HAND_OFF_MS = 5 * POLL_MS;
 
 /** What `by` gives for a call still unanswered at the deadline. */
 const LATE = Symbol('late');
+/** What `by` gives for a call still unanswered once nobody waits for the flight any more. */
+const GONE = Symbol('gone');
 
 /**
- * `call`'s answer, or LATE once `deadline` (on `performance.now()`) passes first: each Redis call
- * may take `command_timeout_ms`, which must not stretch the miss's deadline.
+ * `call`'s answer, or LATE once `deadline` (on `performance.now()`) passes first, or GONE once
+ * `stop` is aborted first: each Redis call may take `command_timeout_ms`, which must not stretch
+ * the miss's deadline, nor keep a flight whose clients all left waiting on a stalled Redis.
  */
-async function by<T>(call: Promise<T>, deadline: number): Promise<T | typeof LATE> {
-  if (deadline === Infinity) return call;
+async function by<T>(call: Promise<T>, deadline: number, stop?: AbortSignal): Promise<T | typeof LATE | typeof GONE> {
+  if (stop?.aborted === true) return GONE;
+  if (deadline === Infinity && stop === undefined) return call;
   let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<typeof LATE>((resolve) => (timer = setTimeout(resolve, Math.max(0, deadline - performance.now()), LATE)));
+  let leave: (() => void) | undefined;
+  const cut = new Promise<typeof LATE | typeof GONE>((resolve) => {
+    if (deadline !== Infinity) timer = setTimeout(resolve, Math.max(0, deadline - performance.now()), LATE);
+    leave = () => resolve(GONE);
+    stop?.addEventListener('abort', leave, { once: true });
+  });
   try {
-    return await Promise.race([call, late]);
+    return await Promise.race([call, cut]);
   } finally {
     clearTimeout(timer);
+    stop?.removeEventListener('abort', leave!);
   }
 }
 
@@ -88,8 +98,8 @@ export class SharedFlights {
    * of waiting on one begun before the purge, whose answer will not be stored.
    * `deadlineMs`: how long the leader may work on the miss (`server.miss_deadline_ms`).
    * `until`: the caller's own deadline (on `performance.now()`), past which it waits no more.
-   * `stop`: aborted when nobody waits for the flight any more; it then waits no more either, and
-   * takes no lease, as its call would be for nobody.
+   * `stop`: aborted when nobody waits for the flight any more; it then waits no more either, not
+   * even for a Redis call under way, and takes no lease, as its call would be for nobody.
    */
   async claim(key: string, generation: Generation, deadlineMs: number, until = Infinity, stop?: AbortSignal): Promise<Claim> {
     const leaseMs = deadlineMs + LEASE_MARGIN_MS;
@@ -101,14 +111,15 @@ export class SharedFlights {
       // The holder's value comes back when the lease is taken, null when it was free and is ours.
       const first = attempt === 0 ? 1 : 0;
       const asked = this.#guard.run('lease', lockKey, (client) => client.eval(CLAIM_SCRIPT, 1, lockKey, token, leaseMs, first, HANDED_404) as Promise<string | null>);
-      const held = await by(asked, deadline);
+      const held = await by(asked, deadline, stop);
       // Past the deadline with the ask unanswered (a stalled Redis): the lease may still be
       // taken when Redis resumes, so it is given back after it, on the same connection.
       if (held === LATE) {
         release();
         return { kind: 'fetch', release: () => {} };
       }
-      if (stop?.aborted === true) {
+      // Unanswered too (GONE), the ask may still take the lease: given back the same way.
+      if (held === GONE || stop?.aborted === true) {
         if (typeof held !== 'string') release();
         return { kind: 'left' };
       }
@@ -120,15 +131,20 @@ export class SharedFlights {
       if (held === null) {
         // Another instance may have stored and released between our last look and the lease,
         // even on the first attempt: one more read costs far less than a second upstream call.
-        const found = await by(this.#cache.remote(key), deadline);
+        const found = await by(this.#cache.remote(key), deadline, stop);
+        if (found === GONE) {
+          release();
+          return { kind: 'left' };
+        }
         if (found === LATE || found?.fresh !== true) return { kind: 'fetch', release };
         release();
         return { kind: 'entry', entry: found.entry };
       }
       if (performance.now() >= deadline) return { kind: 'fetch', release: () => {} };
       await sleep(POLL_MS);
-      const found = await by(this.#cache.remote(key), deadline);
+      const found = await by(this.#cache.remote(key), deadline, stop);
       if (found === LATE) return { kind: 'fetch', release: () => {} };
+      if (found === GONE) return { kind: 'left' };
       if (found?.fresh === true) return { kind: 'entry', entry: found.entry };
     }
   }
