@@ -122,7 +122,8 @@ function standing(response: Response): string {
   return (response.headers.get('ratelimit') ?? '').replace(/;t=\d+/g, '');
 }
 
-test("a client that leaves while its instance waits on another instance's lease: that instance stops waiting and calls nobody", { timeout: 60_000 }, async (t) => {
+/** A and B on one Redis; A's miss for KEY holds the lease, its call held at the provider. */
+async function aHoldsTheLease(t: TestContext): Promise<HeldLease & { a: PerchProcess; b: PerchProcess; seen: Array<{ args: string[]; source: string }> }> {
   const redis = await startRedis(t);
   const upstream = await startUpstream(t, sampleProvider);
   const [a, b] = await instances(t, redis, upstream, 2);
@@ -130,19 +131,43 @@ test("a client that leaves while its instance waits on another instance's lease:
   const held = holding(upstream);
   const leader = get(a!, KEY);
   await waitFor(() => held.length === 1);
+  return { redis, upstream, a: a!, b: b!, seen, held, leader };
+}
+
+interface HeldLease {
+  redis: TestRedis;
+  upstream: TestUpstream;
+  held: Array<{ req: IncomingMessage; res: ServerResponse }>;
+  /** The request whose call is held. */
+  leader: Promise<Response>;
+}
+
+/** The held call fails: its request is answered 502 and the lease freed without an answer. */
+async function holderFails({ redis, upstream, held, leader }: HeldLease): Promise<void> {
+  upstream.behaviour = sampleProvider;
+  json(503, { error: 'down' })(held[0]!.req, held[0]!.res);
+  assert.equal((await leader).status, 502);
+  await waitFor(async () => (await leaseHeld(redis)) === false);
+}
+
+/** Waits for an instance polling the lease (its first look asks for it, then every poll) and names its connection. */
+async function polling(seen: ReadonlyArray<{ args: string[]; source: string }>): Promise<string> {
+  await waitFor(() => [...leaseAsks(seen).values()].some((n) => n >= 2), 10_000);
+  return [...leaseAsks(seen)].find(([, n]) => n >= 2)![0]!;
+}
+
+test("a client that leaves while its instance waits on another instance's lease: that instance stops waiting and calls nobody", { timeout: 60_000 }, async (t) => {
+  const fleet = await aHoldsTheLease(t);
+  const { upstream, b, seen } = fleet;
   const gone = await leaving(b!, OTHER_KEY);
   // B asks for the lease on its first look, then again at every poll: polling, it asked twice.
-  await waitFor(() => [...leaseAsks(seen).values()].some((n) => n >= 2), 10_000);
-  const poller = [...leaseAsks(seen)].find(([, n]) => n >= 2)![0];
+  const poller = await polling(seen);
   gone.leave();
   // B lets go of the flight: its access line is written once it stopped waiting, with no call.
   await waitFor(() => accessLines(b!).length === 1, 10_000);
   const polls = leaseAsks(seen).get(poller)!;
   // The holder's call fails: the lease is freed without an answer, which no waiting B takes up.
-  upstream.behaviour = sampleProvider;
-  json(503, { error: 'down' })(held[0]!.req, held[0]!.res);
-  assert.equal((await leader).status, 502);
-  await waitFor(async () => (await leaseHeld(redis)) === false);
+  await holderFails(fleet);
   // The next request on B leads a flight of its own: nothing of the one that was left runs on.
   const next = await get(b!, KEY);
   assert.deepEqual([next.status, next.headers.get('cache-status')], [200, 'perch; fwd=miss; stored']);
@@ -179,24 +204,16 @@ test("a client that left while its instance read its rate-limit turn from Redis:
   const line = accessLines(b)[0]!;
   assert.deepEqual([line.key_id, line.status, line.upstream_call], ['bravo', 499, false]);
   // The holder's call fails and frees the lease: nothing of B's is left to take it up.
-  upstream.behaviour = sampleProvider;
-  json(503, { error: 'down' })(held[0]!.req, held[0]!.res);
-  assert.equal((await leader).status, 502);
-  await waitFor(async () => (await leaseHeld(redis)) === false);
+  await holderFails({ redis, upstream, held, leader });
   assert.equal(upstream.requests.length, 1);
 });
 
 test("a client that leaves with requests pipelined while its instance waits on another instance's lease: that instance calls nobody for any of them", { timeout: 60_000 }, async (t) => {
-  const redis = await startRedis(t);
-  const upstream = await startUpstream(t, sampleProvider);
-  const [a, b] = await instances(t, redis, upstream, 2);
-  const seen = await monitor(t, redis);
-  const held = holding(upstream);
-  const leader = get(a!, KEY);
-  await waitFor(() => held.length === 1);
+  const fleet = await aHoldsTheLease(t);
+  const { upstream, b, seen } = fleet;
   // Node answers pipelined requests in order: the second's response waits behind the first's.
   const gone = await leaving(b!, OTHER_KEY, 2);
-  await waitFor(() => [...leaseAsks(seen).values()].some((n) => n >= 2), 10_000);
+  await polling(seen);
   gone.leave();
   await waitFor(() => accessLines(b!).length === 2, 10_000);
   assert.deepEqual(
@@ -206,10 +223,7 @@ test("a client that leaves with requests pipelined while its instance waits on a
       ['bravo', 499, false],
     ],
   );
-  upstream.behaviour = sampleProvider;
-  json(503, { error: 'down' })(held[0]!.req, held[0]!.res);
-  assert.equal((await leader).status, 502);
-  await waitFor(async () => (await leaseHeld(redis)) === false);
+  await holderFails(fleet);
   assert.equal(upstream.requests.length, 1);
 });
 
@@ -252,16 +266,9 @@ async function leaseHeld(redis: TestRedis): Promise<boolean> {
 }
 
 test("a client that leaves while others on its instance wait on another instance's lease: they still get the answer, from one call", { timeout: 60_000 }, async (t) => {
-  const redis = await startRedis(t);
-  const upstream = await startUpstream(t, sampleProvider);
-  const [a, b] = await instances(t, redis, upstream, 2);
-  const seen = await monitor(t, redis);
-  const held = holding(upstream);
-  const leader = get(a!, KEY);
-  await waitFor(() => held.length === 1);
+  const { upstream, b, seen, held, leader } = await aHoldsTheLease(t);
   const gone = await leaving(b!, OTHER_KEY);
-  await waitFor(() => [...leaseAsks(seen).values()].some((n) => n >= 2), 10_000);
-  const poller = [...leaseAsks(seen)].find(([, n]) => n >= 2)![0];
+  const poller = await polling(seen);
   const stays = get(b!, KEY);
   // It joins B's flight once it read the entry's absence from Redis. Each of B's asks for the
   // lease is followed by one such read, and the leaving request read once before its first: a
@@ -313,15 +320,9 @@ test("a second key asking while the first key's miss holds the flight on the sam
 });
 
 test("a second key asking on another instance while the first key's miss holds the lease waits for it: one call, the first key's", { timeout: 60_000 }, async (t) => {
-  const redis = await startRedis(t);
-  const upstream = await startUpstream(t, sampleProvider);
-  const [a, b] = await instances(t, redis, upstream, 2);
-  const seen = await monitor(t, redis);
-  const held = holding(upstream);
-  const first = get(a!, KEY);
-  await waitFor(() => held.length === 1);
+  const { upstream, a, b, seen, held, leader: first } = await aHoldsTheLease(t);
   const second = get(b!, OTHER_KEY);
-  await waitFor(() => [...leaseAsks(seen).values()].some((n) => n >= 2), 10_000);
+  await polling(seen);
   sampleProvider(held[0]!.req, held[0]!.res);
   const [alpha, bravo] = [await first, await second];
   assert.deepEqual([alpha.status, alpha.headers.get('cache-status')], [200, 'perch; fwd=miss; stored']);
@@ -378,7 +379,7 @@ test("a miss waiting on another instance's lease answers at its deadline though 
   await waitFor(() => upstream.requests.length === 1);
   const started = performance.now();
   const second = get(b, OTHER_KEY);
-  await waitFor(() => [...leaseAsks(seen).values()].some((n) => n >= 2), 10_000);
+  await polling(seen);
   redis.freeze();
   onCleanup(t, () => redis.thaw());
   const follower = await second;
@@ -401,7 +402,7 @@ test("a client that leaves while Redis is frozen under its instance's lease wait
   const first = get(a, KEY);
   await waitFor(() => upstream.requests.length === 1);
   const gone = await leaving(b, OTHER_KEY);
-  await waitFor(() => [...leaseAsks(seen).values()].some((n) => n >= 2), 10_000);
+  await polling(seen);
   redis.freeze();
   onCleanup(t, () => redis.thaw());
   const left = performance.now();
