@@ -520,7 +520,7 @@ export function resourceOf(path: string): string {
 /** docs/caching.md "Purging": a purge answered 200 is a miss on the next GET on every instance. */
 export const purgeWins: Invariant = {
   name: 'purgeWins',
-  bound: 'a 200 sent after a purge was answered 200 carries a body the provider answered to a call that began after the purge was sent',
+  bound: 'a 200 sent after a purge was answered 200 carries a body the provider answered to a call that began after the purge was sent; but on an instance cut off from Redis when the purge was made, until a second after it is back',
   check: (h) => {
     const out: Violation[] = [];
     const purges = h.purges.filter((p) => p.status === 200);
@@ -531,6 +531,9 @@ export const purgeWins: Invariant = {
       if (purge === undefined) continue;
       const fetched = h.calls.some((c) => c.start >= purge.sent && c.resources.some((x, i) => x === res && c.versions?.[i] === r.version));
       if (fetched) continue;
+      // docs/caching.md: an instance cut off from Redis misses purges and serves its memory until
+      // it reconnects and resyncs (a second for both).
+      if (h.faults.some((f) => f.kind === 'relay-cut' && f.inst === r.inst && f.at <= purge.done && r.sent <= f.until + 1000)) continue;
       const earlier = h.calls.filter((c) => c.resources.includes(res) && c.start < purge.sent).slice(-2);
       // Issue 58: a request after the purge joins a flight that began before it. With no such
       // flight (or Redis, which holds the purge counters, restarted) the purge did not hold at all.
@@ -761,7 +764,10 @@ export const acceptedKeyReadsCache: Invariant = {
       if (!acceptedOn(h, r.key, endpointOf(res), r.sent)) continue;
       // The entry keeps the TTL in force when it was stored: the smallest a reload may have left then.
       const ttlOf = (c: CallEvent) => Math.min(...ttlsStoring(h, c));
-      const fresh = h.calls.find((c) => c.status === 200 && c.resources.includes(res) && c.end < r.sent && r.sent < c.end + ttlOf(c) * 1000 - 500);
+      // The v1 stand-in records no query: a call counts for the first page only while a request
+      // for it alone, on the instance that made it, was waiting.
+      const firstPage = (c: CallEvent) => h.run.batch || h.requests.some((q) => (c.inst === undefined || q.inst === c.inst) && q.path === res && q.sent <= c.start && q.done >= c.end);
+      const fresh = h.calls.find((c) => c.status === 200 && c.resources.includes(res) && c.end < r.sent && r.sent < c.end + ttlOf(c) * 1000 - 500 && firstPage(c));
       if (fresh === undefined) continue;
       const ttl = ttlOf(fresh);
       if (h.purges.some((p) => (p.scope === '*' || p.scope === res) && p.sent <= r.sent && p.done >= fresh.end)) continue;
@@ -817,7 +823,7 @@ export const stdoutWholeJson: Invariant = {
 /** docs/observability.md: one access line per request. */
 export const accessLinesMatch: Invariant = {
   name: 'accessLinesMatch',
-  bound: 'for a process that ended on SIGTERM or ran to the end: every answer has its access line (by X-Request-Id), and every access line is a request sent to it',
+  bound: 'for a process that ended on SIGTERM or ran to the end: every answer has its access line (by X-Request-Id), and every access line is a request sent to it (with workers, or to the process before it, whose workers drain after it was killed)',
   check: (h) => {
     const out: Violation[] = [];
     for (const s of h.stdouts) {
@@ -825,8 +831,11 @@ export const accessLinesMatch: Invariant = {
       const logged = new Set(s.accessIds);
       const sent = h.requests.filter((r) => r.inst === s.inst && r.gen === s.gen);
       const missing = sent.filter((r) => r.status > 0 && !logged.has(r.id));
+      // With workers, the workers of a process SIGKILLed before drain what they hold: their lines
+      // may reach the next process's log. A request sent to an earlier process of the instance.
+      const earlier = new Set(h.requests.filter((r) => r.inst === s.inst && r.gen < s.gen && processesOf(h, s.inst) > 1).map((r) => r.id));
       const ids = new Set(sent.map((r) => r.id));
-      const extra = s.accessIds.filter((id) => !ids.has(id));
+      const extra = s.accessIds.filter((id) => !ids.has(id) && !earlier.has(id));
       if (missing.length > 0 || extra.length > 0) out.push({ invariant: 'accessLinesMatch', message: `instance ${s.inst} (process ${s.gen}): ${missing.length} answers without an access line, ${extra.length} access lines of no request sent`, at: missing[0]?.sent ?? 0, slice: missing.slice(0, 5) });
     }
     return out;
@@ -888,9 +897,12 @@ export const metricsMatchHistory: Invariant = {
       if (short.length > 0 || over > unseen) out.push({ invariant: 'metricsMatchHistory', message: `${where}: perch_requests_total ${counts}; ${unseen} answers not seen by their client`, at: m.at, slice: [m] });
       const previousExit = Math.max(-Infinity, ...h.procs.filter((p) => p.inst === m.inst && p.kind === 'exit' && p.gen < m.gen).map((p) => p.at));
       const during = h.calls.filter((c) => c.start > previousExit && c.start <= m.at);
-      const calls = during.filter((c) => c.inst === m.inst);
-      // A call whose connection the stand-in could not trace to a process (not on Linux) may be anyone's.
-      const unknown = during.filter((c) => c.inst === undefined);
+      // A call whose connection the stand-in could not trace to a process (not on Linux) may be
+      // anyone's; with workers, one within the drain after the previous process was killed may be
+      // its workers' (they drain what they hold once their primary is gone).
+      const drained = processesOf(h, m.inst) > 1 ? previousExit + h.run.graceMs : -Infinity;
+      const calls = during.filter((c) => c.inst === m.inst && c.start > drained);
+      const unknown = during.filter((c) => c.inst === undefined || (c.inst === m.inst && c.start <= drained));
       for (const u of ['v1', 'x'] as const) {
         if (u === 'x' && !h.run.batch) continue;
         const made = calls.filter((c) => c.upstream === u);

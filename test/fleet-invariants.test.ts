@@ -308,6 +308,11 @@ describe('fleet invariants', () => {
     assert.deepEqual(names(purgeWins, history({ calls: [call(0, { end: 150 })], purges: [purge(100)], requests: [req(120, { version: 1 })] })), { count: 1, open: [undefined] });
     // Another resource's purge is no concern of this one.
     assert.equal(purgeWins.check(history({ calls: [before], purges: [purge(100, '/v1/users/2')], requests: [req(200, { version: 1 })] })).length, 0);
+    // An instance cut off from Redis misses the purge until a second after it is back.
+    const cut: FaultEvent = { t: 'fault', kind: 'relay-cut', at: 50, until: 1000, inst: 0 };
+    assert.equal(purgeWins.check(history({ faults: [cut], calls: [before], purges: [purge(100)], requests: [req(1900, { version: 1 })] })).length, 0);
+    assert.equal(purgeWins.check(history({ faults: [cut], calls: [before], purges: [purge(100)], requests: [req(2100, { version: 1 })] })).length, 1);
+    assert.equal(purgeWins.check(history({ faults: [{ ...cut, inst: 1 }], calls: [before], purges: [purge(100)], requests: [req(200, { version: 1 })] })).length, 1);
   });
 
   it('versionsMonotonic: one instance never goes back to an older body', () => {
@@ -371,19 +376,22 @@ describe('fleet invariants', () => {
     const alpha = 'fleet-genuine-alpha-1234567';
     const verdict = call(0, { cred: alpha });
     const refused = req(3000, { status: 429, cache: 'perch; fwd=miss' });
-    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [verdict], requests: [req(100), refused] })).length, 1);
+    // The request the call at 0 answered: the stand-in records no query, this one tells the page.
+    const served = req(0, { done: 20 });
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [verdict], requests: [served, refused] })).length, 1);
     // Not yet accepted, past the TTL, or purged: no promise.
     assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [call(0)], requests: [refused] })).length, 0);
-    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [verdict], requests: [req(100), req(6000, { status: 429, cache: 'perch; fwd=miss' })] })).length, 0);
-    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [verdict], purges: [purge(2000)], requests: [req(100), refused] })).length, 0);
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [verdict], requests: [served, req(6000, { status: 429, cache: 'perch; fwd=miss' })] })).length, 0);
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [verdict], purges: [purge(2000)], requests: [served, refused] })).length, 0);
     // Another page of the path: the stand-in's calls do not say which page they answered.
     const page = req(3000, { status: 429, cache: 'perch; fwd=miss', path: '/v1/users/1?cursor=b' });
-    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [verdict], requests: [req(100), page] })).length, 0);
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [verdict], requests: [served, page] })).length, 0);
     // The acceptance is a verdict per endpoint, for twice verify_ttl_seconds, until a 401 ends it.
     const tweet = call(0, { cred: alpha, path: '/v1/tweets/5', resources: ['/v1/tweets/5'] });
-    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [tweet, call(0)], requests: [req(100), refused] })).length, 0, 'accepted on another endpoint only');
-    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, run: { ...pt.run, verifyTtl: 1 }, calls: [verdict], requests: [req(100), refused] })).length, 0, 'the acceptance lapsed');
-    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [verdict, call(1000, { cred: alpha, path: '/v1/tweets/5', status: 401 })], requests: [req(100), refused] })).length, 0, 'rejected since');
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [tweet, call(0)], requests: [served, refused] })).length, 0, 'accepted on another endpoint only');
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, run: { ...pt.run, verifyTtl: 1 }, calls: [verdict], requests: [served, refused] })).length, 0, 'the acceptance lapsed');
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [verdict, call(1000, { cred: alpha, path: '/v1/tweets/5', status: 401 })], requests: [served, refused] })).length, 0, 'rejected since');
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, calls: [verdict], requests: [{ ...served, path: '/v1/users/1?count=5' }, refused] })).length, 0, 'the call fetched another page');
   });
 
   it('refusalOnlyOverCap: in pass-through a key accepted on the endpoint fails the run when refused with nothing over', () => {
@@ -401,8 +409,8 @@ describe('fleet invariants', () => {
     // A reload to ttl 0 at 1 s, then back to 30 s at 2 s: the answer of t=5 s is cached for 30 s.
     const configs: ConfigEvent[] = [{ t: 'config', at: 1000, caps: RUN.caps, ttl: 0 }, { t: 'config', at: 2000, caps: RUN.caps, ttl: 30 }];
     const refused = (sent: number) => req(sent, { status: 429, cache: 'perch; fwd=miss' });
-    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, configs, calls: [call(1500, alpha)], requests: [req(100), refused(10_000)] })).length, 0);
-    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, configs, calls: [call(5000, alpha)], requests: [req(100), refused(10_000)] })).length, 1);
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, configs, calls: [call(1500, alpha)], requests: [req(1500, { done: 1520 }), refused(10_000)] })).length, 0);
+    assert.equal(acceptedKeyReadsCache.check(history({ ...pt, configs, calls: [call(5000, alpha)], requests: [req(5000, { done: 5020 }), refused(10_000)] })).length, 1);
   });
 
   it('liveness: answers within miss_deadline_ms + 2 s; connection failures only on an instance being stopped', () => {
@@ -446,6 +454,10 @@ describe('fleet invariants', () => {
     assert.equal(accessLinesMatch.check(history({ requests: [answered], stdouts: [out([answered.id, 'nobody'])] })).length, 1);
     // A SIGKILLed process may lose its last lines.
     assert.equal(accessLinesMatch.check(history({ requests: [answered], stdouts: [{ ...out([]), clean: false }] })).length, 0);
+    // With workers, those of a killed process drain what they hold: their lines may reach the next one's log.
+    const next = { ...out([answered.id]), gen: 2 };
+    assert.equal(accessLinesMatch.check(history({ run: { workers: 2 }, requests: [answered], stdouts: [next] })).length, 0);
+    assert.equal(accessLinesMatch.check(history({ requests: [answered], stdouts: [next] })).length, 1);
   });
 });
 
@@ -530,6 +542,11 @@ describe('fleet invariants over reloads and counters', () => {
     const second = [req(6000, { gen: 2 })];
     assert.equal(metricsMatchHistory.check(history({ procs: [exit], requests: [...seen, ...second], calls: [...made, call(6000, { inst: 0 })], metrics: [scraped({ gen: 2, requests: { '200': 1 }, calls: { main: 1 }, keyCalls: {} })] })).length, 0);
     assert.equal(metricsMatchHistory.check(history({ procs: [exit], requests: [...seen, ...second], calls: [...made, call(6000, { inst: 0 })], metrics: [scraped({ gen: 2, requests: { '200': 1 }, calls: { main: 3 }, keyCalls: {} })] })).length, 1);
+    // With workers, a call within the drain after process 1 was killed may be its workers'.
+    const drain = [...made, call(5500, { inst: 0 }), call(6000, { inst: 0 })];
+    const counted = scraped({ gen: 2, requests: { '200': 1 }, calls: { main: 1 }, keyCalls: {} });
+    assert.equal(metricsMatchHistory.check(history({ run: { workers: 2, graceMs: 1000 }, procs: [exit], requests: [...seen, ...second], calls: drain, metrics: [counted] })).length, 0);
+    assert.equal(metricsMatchHistory.check(history({ run: { graceMs: 1000 }, procs: [exit], requests: [...seen, ...second], calls: drain, metrics: [counted] })).length, 1);
     // A 401 on c2 sends the exchange on with c1: one call more than the exchanges counted, at most.
     const switched = [call(0, { inst: 0, status: 401, cred: 'c2' }), call(10, { inst: 0 }), budgetCall(50)];
     assert.equal(metricsMatchHistory.check(history({ requests: seen, calls: switched, metrics: [scraped()] })).length, 0);
