@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import { join } from 'node:path';
 import { test, type TestContext } from 'node:test';
 import { Redis } from 'ioredis';
@@ -439,6 +440,67 @@ test(`two instances on one Redis: one killed while it holds a key's verifying tu
   assert.equal((await waiting).status, 200);
   // The dead instance's two calls (who it speaks for, its verifying call), then the survivor's.
   assert.equal(callsWith(upstream, newcomer), 4);
+});
+
+/**
+ * Two instances on one Redis with miss deadlines of their own: `patient`'s verifying call for
+ * the newcomer holds the key's turn, its call held at X, while `other` is asked for the key.
+ */
+async function patientHoldsTheTurn(t: TestContext, otherDeadlineMs: number) {
+  const redis = await startRedis(t);
+  const { x, upstream, newcomer } = await newcomerX(t);
+  const config = (deadline: number) =>
+    yaml(upstream.url, '', `cache: { redis: { url: "${redis.url}", prefix: "t:", command_timeout_ms: 10000 } }`).replace(
+      'server: { host: 127.0.0.1, port: 0 }',
+      `server: { host: 127.0.0.1, port: 0, miss_deadline_ms: ${deadline} }`,
+    );
+  const patient = await startPerch(t, config(20_000));
+  const other = await startPerch(t, config(otherDeadlineMs));
+  await waitFor(() => patient.cache.redisConnected === true && other.cache.redisConnected === true);
+  await fill(t, patient, 1);
+  x.hold = true;
+  // Released at 5 s at the latest, so that a wait that never ends fails the asserts, not the timeout.
+  const cap = setTimeout(() => releaseAll(x), 5000);
+  onCleanup(t, () => clearTimeout(cap));
+  const verifying = from(t, patient, '127.0.0.3')('/v1/users/1', newcomer);
+  await waitFor(() => x.held.length === 1);
+  return { x, upstream, newcomer, patient, other, verifying };
+}
+
+test("two instances on one Redis: a request waiting on the other instance's verifying turn is answered 504 at its own miss deadline, and calls nobody", { timeout: 30_000 }, async (t) => {
+  const { x, upstream, newcomer, other, verifying } = await patientHoldsTheTurn(t, 1000);
+  const started = performance.now();
+  const waited = await from(t, other, '127.0.0.3')('/v1/users/1', newcomer);
+  const ms = performance.now() - started;
+  assert.deepEqual([waited.status, waited.text], [504, '{"error":{"message":"Upstream timeout","code":"E504"}}']);
+  assert.ok(ms >= 1000 && ms < 1500, `answered after ${Math.round(ms)} ms, on a deadline of 1000`);
+  const line = other.logs.lines().find((l) => l.msg === 'request')!;
+  assert.deepEqual([line.status, line.upstream_call], [504, false]);
+  releaseAll(x);
+  assert.equal((await verifying).status, 200);
+  // The patient instance's two calls (who the key speaks for, its verifying call); none of the other's.
+  assert.equal(callsWith(upstream, newcomer), 2);
+});
+
+test("two instances on one Redis: a client that leaves while its instance waits on the other's verifying turn is logged 499; its instance calls nobody when the turn ends without a verdict", { timeout: 30_000 }, async (t) => {
+  const { x, upstream, newcomer, other, verifying } = await patientHoldsTheTurn(t, 20_000);
+  const { port } = new URL(other.url);
+  const socket = connect(Number(port), '127.0.0.1');
+  socket.on('error', () => {});
+  await new Promise((resolve) => socket.once('connect', resolve));
+  socket.write(`GET /v1/users/1 HTTP/1.1\r\nHost: perch\r\nx-api-key: ${newcomer}\r\n\r\n`);
+  await waitFor(() => other.received() === 1);
+  // A reset: a FIN alone would be a half-close, which perch still answers.
+  socket.resetAndDestroy();
+  await waitFor(() => other.logs.lines().some((l) => l.msg === 'request'), 10_000);
+  const line = other.logs.lines().find((l) => l.msg === 'request')!;
+  assert.deepEqual([line.status, line.upstream_call], [499, false]);
+  // The turn ends without a verdict: the patient instance's verifying call fails.
+  x.failWith = { status: 503 };
+  releaseAll(x);
+  assert.equal((await verifying).status, 502);
+  // The other instance holds nothing of the request that left: no wait of its runs on to take the freed turn.
+  assert.equal(callsWith(upstream, newcomer), 2);
 });
 
 test("a new key's requests waiting for its verifying call share that call's failure: one call, however many wait", { timeout: 20_000 }, async (t) => {

@@ -79,6 +79,13 @@ export interface Perch {
   close(): Promise<void>;
 }
 
+/**
+ * How long an instance with a Redis tier waits, before it listens, for the purge counters'
+ * first resync: long enough for a Redis that answers, short enough not to hold up a start
+ * against a slow one (a Redis that refuses the connection ends the wait at once).
+ */
+const START_SYNC_MS = 2000;
+
 /** Wires one perch instance from a validated config. Nothing here is global, so tests run many. */
 export function createPerch(options: PerchOptions): Perch {
   const { config, logger } = options;
@@ -162,6 +169,7 @@ export function createPerch(options: PerchOptions): Perch {
     metrics,
     listen: async () => {
       const { worker } = options;
+      if (!(await tiers.cache.started(START_SYNC_MS))) logger.warn({ waited_ms: START_SYNC_MS }, 'listening before the cache purge counters synced: Redis entries are misses until they are');
       const metricsPort = config.metrics.port === undefined || config.metrics.port === 0 ? 0 : config.metrics.port + (worker ?? 1) - 1;
       if (metricsServer !== undefined) await bind(metricsServer, metricsPort, config.server.host, false);
       return bind(server, config.server.port, config.server.host, config.server.reuse_port || worker !== undefined);

@@ -3,6 +3,7 @@ import { LRUCache } from 'lru-cache';
 import type { Clock } from '../clock.js';
 import type { AuthConfig } from '../config/types.js';
 import type { EndpointName } from '../endpoints.js';
+import { by, GONE, LATE } from '../timers.js';
 import type { UpstreamAnswer } from '../upstream/answer.js';
 import type { UpstreamResult } from '../upstream/upstream.js';
 import { addressSource } from './client-address.js';
@@ -55,13 +56,18 @@ export type VerifyLine = 'known' | 'unknown';
  * How a request of a key not accepted on its endpoint goes on, once the key's verifying call
  * under way (of this instance, or of another on the same Redis) has given its verdict:
  * `admitted`, the cache answers it; `refused`, 401; `failed`, that call failed without a verdict
- * (the provider down, a wait, no turn) and its answer is this request's too; `verify`, this
+ * (the provider down, a wait, no turn) and its answer is this request's too; `late` and `left`,
+ * the request stopped waiting (`gate`); `verify`, this
  * request's own call is the key's verifying call, and `done` must follow it.
  */
 export type Gate =
   | { readonly kind: 'admitted' }
   | { readonly kind: 'refused' }
   | { readonly kind: 'failed'; readonly answer: UpstreamAnswer }
+  /** The request's miss deadline passed while it waited: no call is made for it. */
+  | { readonly kind: 'late' }
+  /** The request's client left while it waited: nobody is answered, no call is made. */
+  | { readonly kind: 'left' }
   | { readonly kind: 'verify'; readonly line: VerifyLine; done(failure?: UpstreamAnswer): void };
 
 /** What the provider said about a key on one endpoint, and when (epoch ms). */
@@ -270,15 +276,19 @@ export class UpstreamVerifier {
    * (here, or with Redis on another instance, whose verdict is then read), and says how the
    * request goes on (`Gate`). One verifying call per key at a time, whatever endpoints its
    * requests ask for: a flood of one key costs one call per verdict.
+   * `deadline` (on `performance.now()`): the request's miss deadline, past which it waits no more
+   * (`late`), however long another instance holds the key's turn or Redis takes to answer.
+   * `left`: aborted once the request's client is gone, which ends its wait (`left`) too.
    */
-  async gate(client: PassThroughClient, endpoint: EndpointName): Promise<Gate> {
+  async gate(client: PassThroughClient, endpoint: EndpointName, deadline = Infinity, left?: AbortSignal): Promise<Gate> {
     const { digest } = client;
     for (;;) {
       const before = decided(this.standing(client, endpoint));
       if (before !== undefined) return before;
       const running = this.#book.flights.get(digest);
       if (running !== undefined) {
-        const failure = await running.settled;
+        const failure = await by(running.settled, deadline, left);
+        if (failure === LATE || failure === GONE) return stopped(failure);
         const after = decided(this.standing(client, endpoint));
         if (after !== undefined) return after;
         if (failure !== undefined) return { kind: 'failed', answer: failure };
@@ -286,15 +296,31 @@ export class UpstreamVerifier {
       }
       const flight = new Flight();
       this.#book.flights.set(digest, flight);
-      const turn = await this.#take(digest);
-      if (turn === 'held') {
-        await this.#fleet!.store.ended(this.#book.providers, digest, this.#fleet!.turnMs);
-        await this.#hear(digest);
+      const taking = this.#take(digest);
+      const turn = await by(taking, deadline, left);
+      if (turn === LATE || turn === GONE) {
+        // Redis may grant the turn after this request stopped waiting: it is given back at once.
+        void taking.then((late) => typeof late === 'object' && late.release());
         this.#land(digest, flight, undefined, undefined);
+        return stopped(turn);
+      }
+      if (turn === 'held') {
+        const { store, turnMs } = this.#fleet!;
+        const heard = await by(
+          store.ended(this.#book.providers, digest, Math.min(turnMs, deadline - performance.now())).then(() => this.#hear(digest)),
+          deadline,
+          left,
+        );
+        this.#land(digest, flight, undefined, undefined);
+        if (heard === LATE || heard === GONE) return stopped(heard);
         continue;
       }
       // The turn may be ours just after another instance gave its verdict.
-      await this.#hear(digest);
+      const heard = await by(this.#hear(digest), deadline, left);
+      if (heard === LATE || heard === GONE) {
+        this.#land(digest, flight, turn, undefined);
+        return stopped(heard);
+      }
       const standing = this.standing(client, endpoint);
       const now = decided(standing);
       if (now !== undefined) {
@@ -414,5 +440,12 @@ function decided(standing: Standing): Gate | undefined {
   return standing === 'refused' ? REFUSED : undefined;
 }
 
+/** The gate of a wait `by` cut short. */
+function stopped(cut: typeof LATE | typeof GONE): Gate {
+  return cut === LATE ? LATE_GATE : LEFT_GATE;
+}
+
 const ADMITTED: Gate = { kind: 'admitted' };
+const LATE_GATE: Gate = { kind: 'late' };
+const LEFT_GATE: Gate = { kind: 'left' };
 const REFUSED: Gate = { kind: 'refused' };

@@ -137,6 +137,14 @@ export class PurgeSync {
   #closed = false;
   /** The channel whose subscribers are the perch instances that confirm purges. */
   readonly #instances: string;
+  /**
+   * Whether this instance's view holds every purge Redis counted: false from the start and from
+   * each loss of the subscription until the resync after it, while a purge may have gone unheard.
+   */
+  #current = false;
+  /** Settles the start's wait (`started`): at the first resync, or when the first connection fails. */
+  #started!: () => void;
+  readonly #start = new Promise<void>((resolve) => (this.#started = resolve));
 
   constructor(options: PurgeSyncOptions) {
     this.#guard = options.guard;
@@ -150,6 +158,13 @@ export class PurgeSync {
     // keeps ioredis from reporting them as unhandled 'error' events.
     this.#subscriber.on('error', () => {});
     this.#subscriber.on('ready', () => void this.#resync(++this.#connection));
+    // Messages sent from now until the resync after the next connection are lost: the resync
+    // under way, if any, is superseded, and nothing read from Redis is served until the next one.
+    this.#subscriber.on('close', () => {
+      this.#connection++;
+      this.#current = false;
+      this.#started();
+    });
     this.#subscriber.on('message', (channel: string, message: string) => {
       if (channel === this.#channel) this.#onMessage(message);
     });
@@ -206,6 +221,26 @@ export class PurgeSync {
     this.#guard.fire('purge', (client) => client.eval(CONFIRM_SCRIPT, 1, key, CONFIRM_TTL_MS));
   }
 
+  /**
+   * Whether Redis entries may be served: this instance has heard every purge since its last
+   * resync. Until then an entry a purge dropped could still be read there, its generation taken
+   * for one newer than this instance's view (generations.ts).
+   */
+  get current(): boolean {
+    return this.#current;
+  }
+
+  /**
+   * Resolves once the first resync is done, or the first connection failed (Redis down: the
+   * instance starts, and syncs when Redis is back), or after `ms` at the latest: true when synced.
+   */
+  async started(ms: number): Promise<boolean> {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.#start, new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]);
+    clearTimeout(timer);
+    return this.#current;
+  }
+
   close(): void {
     this.#closed = true;
     this.#subscriber.disconnect();
@@ -260,7 +295,8 @@ export class PurgeSync {
   }
 
   /**
-   * Subscribes first, then reads the counters, so a purge lands in one or the other. Retries
+   * Subscribes first, then reads the counters, so a purge lands in one or the other; only then
+   * does this instance serve Redis entries again (`current`). Retries
    * until both succeed (the cache connection may come up after this one), directly on the
    * client: this runs beside requests, not on their path, which is what the breaker protects.
    */
@@ -269,8 +305,12 @@ export class PurgeSync {
       try {
         await this.#subscriber.subscribe(this.#channel, this.#instances);
         const reply = (await this.#guard.client.eval(MERGE_SCRIPT, 1, this.#key, this.#channel, 'quiet', ...this.#generations.snapshot())) as string[];
+        // Lost again while the counters were read: the next connection's resync takes over.
+        if (connection !== this.#connection) return;
         this.#applyHash(reply, 'resync');
         // Once per connection: from here on, messages keep this instance's purges current.
+        this.#current = true;
+        this.#started();
         this.#logger.info({ all: this.#generations.all }, 'cache purge counters synced');
         return;
       } catch {

@@ -7,7 +7,7 @@ import type { EndpointRequest } from '../endpoints.js';
 import type { Logger } from '../logging/logger.js';
 import type { TraceSpan } from '../tracing/trace-span.js';
 import { answerFor, errorAnswer, type UpstreamAnswer } from '../upstream/answer.js';
-import type { Payer } from '../upstream/upstream.js';
+import type { Payer, UpstreamResult } from '../upstream/upstream.js';
 import { verdictOf } from '../upstream/verdict.js';
 import type { UpstreamSet } from '../upstream/upstream-set.js';
 import { Coalescer } from './coalescer.js';
@@ -117,6 +117,9 @@ interface Fetched extends UpstreamAnswer {
  */
 const LEFT = { status: 499, body: Buffer.alloc(0) };
 
+/** A request whose miss deadline passed before anything was asked for it: a 504, as a miss out of time is. */
+const OUT_OF_TIME: UpstreamResult = { kind: 'refused', reason: 'no_time', retryAfterSeconds: 1 };
+
 /** Pass-through auth: how a key goes on when no verifier can vouch for it. */
 const REFUSED: Gate = { kind: 'refused' };
 
@@ -156,9 +159,10 @@ export class ReadThrough {
   /**
    * Everything after a memory miss: Redis, a stale entry while one refresh runs, or a fetch.
    * `trace`: the request's span; a flight's spans hang under its leader's. `left`: aborted when
-   * the client goes away (see `#join`).
+   * the client goes away (see `#join`). `deadline` (on `performance.now()`): the request's miss
+   * deadline, where it began before this (a pass-through key's verification); from now when absent.
    */
-  async fetch(request: EndpointRequest, client: Client, trace?: TraceSpan, left?: AbortSignal): Promise<Served> {
+  async fetch(request: EndpointRequest, client: Client, trace?: TraceSpan, left?: AbortSignal, deadline?: number): Promise<Served> {
     const pass = passThrough(client);
     if (pass !== undefined && !this.#admits(request, pass)) return this.#unverified(request, pass, trace, left);
     const { cache } = this.#deps;
@@ -176,7 +180,7 @@ export class ReadThrough {
     if (newest !== undefined && (stale === undefined || newest.entry.storedAt > stale.storedAt)) stale = newest.entry;
     if (stale !== undefined) return this.#revalidate(request, client, stale, trace);
 
-    const { flight, fetched } = await this.#join(request, client, trace, left);
+    const { flight, fetched } = await this.#join(request, client, trace, left, deadline);
     // A key whose refreshes failed lately: this miss's answer ends or extends its backoff. A
     // flight its clients left before it asked anyone says nothing of the key.
     if (flight.leader && fetched.abandoned !== true && this.#backoff.tracks(request.path)) this.#learn(request.path, fetched);
@@ -214,19 +218,29 @@ export class ReadThrough {
    * call is made.
    */
   async #unverified(request: EndpointRequest, client: PassThroughClient, trace: TraceSpan | undefined, left: AbortSignal | undefined): Promise<Served> {
-    const { upstreams, verifier } = this.#deps.live.current;
+    const { config, upstreams, verifier } = this.#deps.live.current;
     const known = upstreams.known(request);
     if (known !== undefined) return this.#forwarded(request, { ...answerFor(request.endpoint, known, this.#deps.clock.now(), true), stored: false }, true);
+    // One deadline for the whole request: the wait for the key's verdict (another instance's
+    // turn may last longer than a miss), the verifying call, and the fetch of an admitted key.
+    const deadline = performance.now() + config.server.miss_deadline_ms;
     // No verifier: a reload to mode `keys` since the key was read, and no provider's word on it.
-    const gate = verifier === undefined ? REFUSED : await verifier.gate(client, request.endpoint);
-    if (gate.kind === 'admitted') return this.fetch(request, client, trace, left);
+    const gate = verifier === undefined ? REFUSED : await verifier.gate(client, request.endpoint, deadline, left);
+    if (gate.kind === 'admitted') return this.fetch(request, client, trace, left, deadline);
     if (gate.kind === 'refused') return this.#forwarded(request, { ...errorAnswer('E401'), stored: false }, true);
     if (gate.kind === 'failed') return this.#forwarded(request, { ...gate.answer, stored: false }, false);
+    if (gate.kind === 'late') return this.#forwarded(request, { ...answerFor(request.endpoint, OUT_OF_TIME, this.#deps.clock.now(), true), stored: false }, true);
+    if (gate.kind === 'left') return this.#forwarded(request, { ...LEFT, stored: false, abandoned: true }, true);
     let fetched: Fetched | undefined;
     try {
       const wait = await this.#deps.verifyTurn?.(gate.line, client.source, `${client.id}:${request.endpoint}`);
-      if (wait !== undefined) fetched = { ...errorAnswer('E429'), retryAfterSeconds: wait, stored: false };
-      else fetched = (gate.line === 'unknown' ? await this.#userContext(request, client, trace) : undefined) ?? (await this.#fetchUpstream(request, this.#payerOf(client), trace, client, undefined, true));
+      // Its client left while the turn was read: the key's next request calls, not this one.
+      if (left?.aborted === true) fetched = { ...LEFT, stored: false, abandoned: true };
+      else if (wait !== undefined) fetched = { ...errorAnswer('E429'), retryAfterSeconds: wait, stored: false };
+      else
+        fetched =
+          (gate.line === 'unknown' ? await this.#userContext(request, client, trace, deadline) : undefined) ??
+          (await this.#fetchUpstream(request, this.#payerOf(client), trace, client, undefined, true, undefined, deadline));
       return this.#forwarded(request, fetched, true);
     } finally {
       // A failure of the provider, or a wait, answers the key's other requests too; an answer
@@ -243,7 +257,7 @@ export class ReadThrough {
    * flight of its own key's, which can only answer for that key. So a follower waits at most
    * three flights, and a call is charged to the key that leads it, as for every flight.
    */
-  async #join(request: EndpointRequest, client: Client, trace: TraceSpan | undefined, left: AbortSignal | undefined): Promise<{ flight: { leader: boolean }; fetched: Fetched }> {
+  async #join(request: EndpointRequest, client: Client, trace: TraceSpan | undefined, left: AbortSignal | undefined, begun: number | undefined): Promise<{ flight: { leader: boolean }; fetched: Fetched }> {
     const pass = passThrough(client);
     const payer = this.#payerOf(client);
     // Keyed by the key's purge generation: a request arriving after a purge of it never joins a
@@ -252,7 +266,7 @@ export class ReadThrough {
     const shared = pass === undefined ? `${epoch}\n${request.path}` : `${epoch}\n${pass.digest}\n${request.path}`;
     // The request's own deadline: a flight it leads after riding on another key's refusal has
     // only what is left of it, as the client has waited all along.
-    const deadline = performance.now() + this.#deps.live.current.config.server.miss_deadline_ms;
+    const deadline = begun ?? performance.now() + this.#deps.live.current.config.server.miss_deadline_ms;
     for (let round = 0; ; round++) {
       const key = round < 2 ? shared : `${payer.id}\n${shared}`;
       const flight = this.#flights.run(key, (stop) => this.#fetchAndStore(request, pass, payer, trace, undefined, stop, deadline), left);
@@ -343,11 +357,11 @@ export class ReadThrough {
    * 404 from a provider without the path), and its verifying call goes on. Any other answer
    * answers the request: a failure of the provider, a wait, a 400 from a front that refuses the key.
    */
-  async #userContext(request: EndpointRequest, client: PassThroughClient, trace: TraceSpan | undefined): Promise<Fetched | undefined> {
+  async #userContext(request: EndpointRequest, client: PassThroughClient, trace: TraceSpan | undefined, deadline: number): Promise<Fetched | undefined> {
     const { upstreams, verifier } = this.#deps.live.current;
     if (!upstreams.tellsUserContext(request.endpoint)) return undefined;
     const asked = { id: client.id, key: client.key, verifying: true, whoAmI: true };
-    const { result, upstream, ms, called } = await upstreams.fetch(request, asked, this.#payerOf(client), trace);
+    const { result, upstream, ms, called } = await upstreams.fetch(request, asked, this.#payerOf(client), trace, deadline);
     const told = verifier?.judgeWhoAmI(client, result);
     if (told !== undefined) await told;
     const via = { stored: false, upstream, upstreamMs: ms, called };

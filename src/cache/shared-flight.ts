@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { GuardedRedis } from '../redis/guarded-redis.js';
+import { by, GONE, LATE } from '../timers.js';
 import type { CacheEntry } from './entry.js';
 import type { Generation } from './generation.js';
 import type { TieredCache } from './tiered-cache.js';
@@ -32,34 +33,6 @@ const HAND_OFF_SCRIPT = "if redis.call('get', KEYS[1]) == ARGV[1] then return re
 const HANDED_404 = '404\n';
 /** How long a handed-off answer waits for the instances that waited on the lease: a few polls. */
 const HAND_OFF_MS = 5 * POLL_MS;
-
-/** What `by` gives for a call still unanswered at the deadline. */
-const LATE = Symbol('late');
-/** What `by` gives for a call still unanswered once nobody waits for the flight any more. */
-const GONE = Symbol('gone');
-
-/**
- * `call`'s answer, or LATE once `deadline` (on `performance.now()`) passes first, or GONE once
- * `stop` is aborted first: each Redis call may take `command_timeout_ms`, which must not stretch
- * the miss's deadline, nor keep a flight whose clients all left waiting on a stalled Redis.
- */
-async function by<T>(call: Promise<T>, deadline: number, stop?: AbortSignal): Promise<T | typeof LATE | typeof GONE> {
-  if (stop?.aborted === true) return GONE;
-  if (deadline === Infinity && stop === undefined) return call;
-  let timer: NodeJS.Timeout | undefined;
-  let leave: (() => void) | undefined;
-  const cut = new Promise<typeof LATE | typeof GONE>((resolve) => {
-    if (deadline !== Infinity) timer = setTimeout(resolve, Math.max(0, deadline - performance.now()), LATE);
-    leave = () => resolve(GONE);
-    stop?.addEventListener('abort', leave, { once: true });
-  });
-  try {
-    return await Promise.race([call, cut]);
-  } finally {
-    clearTimeout(timer);
-    stop?.removeEventListener('abort', leave!);
-  }
-}
 
 /** What to do about a miss every instance may be having at once. */
 export type Claim =

@@ -114,7 +114,8 @@ export class TieredCache {
    */
   async remote(key: string): Promise<Found | undefined> {
     const redis = this.#redis;
-    if (redis === undefined) return undefined;
+    // Purges this instance may not have heard of yet: Redis may hold what one dropped.
+    if (redis === undefined || !redis.purges.current) return undefined;
     const entry = await redis.guard.run('get', redis.store.redisKey(key), () => redis.store.get(key));
     // Checked after the await, against the generations known now: a purge observed while the
     // read was in flight still applies to its result.
@@ -222,6 +223,15 @@ export class TieredCache {
     const result = await redis.purges.purge(target);
     if (result === 'failed') this.generations.drop([target]);
     return result;
+  }
+
+  /**
+   * Waits at most `ms` for the purge counters' first resync, so that an instance serves Redis
+   * entries from its first request; false when it did not come (Redis down or slow): they are
+   * misses until it does. True at once without Redis.
+   */
+  started(ms: number): Promise<boolean> {
+    return this.#redis === undefined ? Promise.resolve(true) : this.#redis.purges.started(ms);
   }
 
   /** Stops following purges; the Redis connection is the composition root's to close. */
