@@ -89,7 +89,12 @@ export class SharedVerdicts {
     const token = randomUUID();
     const leaseMs = Math.min(turnMs, LEASE_MS);
     const taken = await this.#guard.run('auth turn', key, (client) => client.set(key, token, 'PX', leaseMs, 'NX'));
-    if (taken === undefined) return undefined;
+    if (taken === undefined) {
+      // Unanswered (a stalled Redis), the SET may still run when Redis resumes: given back after
+      // it, with our token, on the same connection and so in order, it orphans no turn.
+      this.#release(key, token);
+      return undefined;
+    }
     if (taken !== 'OK') return 'held';
     const until = performance.now() + turnMs;
     const renewal = setInterval(() => {
@@ -101,9 +106,13 @@ export class SharedVerdicts {
     return {
       release: () => {
         clearInterval(renewal);
-        this.#guard.fire('auth release', (client) => client.eval(RELEASE_SCRIPT, 1, key, token));
+        this.#release(key, token);
       },
     };
+  }
+
+  #release(key: string, token: string): void {
+    this.#guard.fire('auth release', (client) => client.eval(RELEASE_SCRIPT, 1, key, token));
   }
 
   /** Resolves once no instance holds the key's turn, or after `turnMs` at the latest, or at once when Redis does not answer. */

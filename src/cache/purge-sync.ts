@@ -80,6 +80,8 @@ end
 return merged`;
 
 const MAX_RESYNC_DELAY_MS = 1000;
+/** How long a resync fails before the log says so. */
+const RESYNC_TELL_MS = 1000;
 
 /**
  * How long a purge waits for every instance its message reached to confirm it applied it; past
@@ -301,6 +303,8 @@ export class PurgeSync {
    * client: this runs beside requests, not on their path, which is what the breaker protects.
    */
   async #resync(connection: number): Promise<void> {
+    const began = performance.now();
+    let told = false;
     for (let delay = 100; !this.#closed && connection === this.#connection; delay = Math.min(delay * 2, MAX_RESYNC_DELAY_MS)) {
       try {
         await this.#subscriber.subscribe(this.#channel, this.#instances);
@@ -313,7 +317,13 @@ export class PurgeSync {
         this.#started();
         this.#logger.info({ all: this.#generations.all }, 'cache purge counters synced');
         return;
-      } catch {
+      } catch (error) {
+        // The first tries may fail while the cache's own connection comes up: said once failing
+        // for a second, then the retries go on quietly until one succeeds.
+        if (!told && connection === this.#connection && performance.now() - began >= RESYNC_TELL_MS) {
+          told = true;
+          this.#logger.warn({ reason: error instanceof Error ? error.message : String(error) }, 'cache purge counters not synced: Redis entries are misses until they are');
+        }
         await sleep(delay, undefined, { ref: false });
       }
     }

@@ -244,8 +244,8 @@ export class ReadThrough {
       return this.#forwarded(request, fetched, true);
     } finally {
       // A failure of the provider, or a wait, answers the key's other requests too; an answer
-      // about this request (a rejected cursor) is this request's alone.
-      gate.done(fetched !== undefined && fetched.status >= 429 ? fetched : undefined);
+      // about this request (a rejected cursor, its client gone) is this request's alone.
+      gate.done(fetched !== undefined && fetched.abandoned !== true && fetched.status >= 429 ? fetched : undefined);
     }
   }
 
@@ -402,8 +402,9 @@ export class ReadThrough {
     // waits on one begun before it.
     const stamp = cache.generations.stamp(request.path);
     // Nothing of this endpoint is stored (TTL 0): no other instance can be spared a call, so none
-    // waits on this one's lease.
-    const leased = sharedFlights !== undefined && config.cache.ttl_seconds[request.endpoint] > 0;
+    // waits on this one's lease. An instance that may not have heard of every purge reads nothing
+    // from Redis (purge-sync.ts): it would wait on another's lease for an entry it cannot take.
+    const leased = sharedFlights !== undefined && config.cache.ttl_seconds[request.endpoint] > 0 && cache.current;
     const claim = leased ? await sharedFlights.claim(request.path, stamp, config.server.miss_deadline_ms, deadline, stop) : undefined;
     if (claim?.kind === 'left') return { ...LEFT, stored: false, abandoned: true };
     if (claim?.kind === 'entry') return { status: claim.entry.status, body: claim.entry.body, entry: claim.entry, stored: false, viaRedis: true };

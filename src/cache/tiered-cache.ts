@@ -92,6 +92,11 @@ export class TieredCache {
     return this.#redis?.guard.state;
   }
 
+  /** Whether Redis entries may be served now: always without Redis; with it, once the purge counters are synced (purge-sync.ts). */
+  get current(): boolean {
+    return this.#redis === undefined || this.#redis.purges.current;
+  }
+
   /** Whether Redis is connected now, or undefined without Redis. */
   get redisConnected(): boolean | undefined {
     return this.#redis?.guard.connected;
@@ -115,7 +120,7 @@ export class TieredCache {
   async remote(key: string): Promise<Found | undefined> {
     const redis = this.#redis;
     // Purges this instance may not have heard of yet: Redis may hold what one dropped.
-    if (redis === undefined || !redis.purges.current) return undefined;
+    if (redis === undefined || !this.current) return undefined;
     const entry = await redis.guard.run('get', redis.store.redisKey(key), () => redis.store.get(key));
     // Checked after the await, against the generations known now: a purge observed while the
     // read was in flight still applies to its result.

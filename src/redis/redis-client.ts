@@ -46,6 +46,10 @@ export function createRedisClient(config: RedisConfig, connectionName: string, p
     // A master demoted under us answers writes with READONLY: drop the connection and find the
     // current master (through the sentinels, or the same address once it is master again).
     reconnectOnError: (error) => error.message.startsWith('READONLY'),
+    // The purge subscriber subscribes again itself on every 'ready' (purge-sync.ts), catching its
+    // failures; ioredis's own resubscription rejects where nobody listens, and a reply slower than
+    // command_timeout_ms would end the process as an unhandled rejection.
+    autoResubscribe: false,
   };
   if (config.cluster !== undefined) {
     // Validation made every seed carry the same credentials and scheme.

@@ -1,0 +1,302 @@
+// Faults around the purge resync window (purge-sync.ts `current`) and pass-through verification
+// waits bounded by the request's miss deadline (upstream-verifier.ts `gate`), found by attacking
+// them over real Redis servers, real upstreams, relays and perch instances.
+import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { test, type TestContext } from 'node:test';
+import { connect, createConnection, createServer, type AddressInfo, type Socket } from 'node:net';
+import { Redis } from 'ioredis';
+import { onCleanup } from './helpers/cleanup.js';
+import { fakeX } from './helpers/fake-x.js';
+import { KEY, startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
+import { spawnPerch } from './helpers/perch-process.js';
+import { tempDir } from './helpers/temp-dir.js';
+import { startRedis } from './helpers/redis-server.js';
+import { sampleProvider, startUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
+import { answerAppOnlyWhoAmI } from './helpers/x-v2-fixtures.js';
+
+const PATH = '/v1/users/1';
+
+/** The sample provider, answering after `ms`. */
+function slow(ms: number): UpstreamBehaviour {
+  return (req, res) => void setTimeout(() => sampleProvider(req, res), ms);
+}
+
+async function admin(t: TestContext, url: string): Promise<Redis> {
+  const client = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 0 });
+  await client.connect();
+  onCleanup(t, () => void client.disconnect());
+  return client;
+}
+
+/**
+ * A relay to Redis that, once armed, holds every reply on a connection from the moment that
+ * connection sends a command naming `marker`, until `release`: one kind of command stalls.
+ */
+async function markerRelay(t: TestContext, port: number, marker: string) {
+  let armed = false;
+  let stalled = 0;
+  const holding = new Map<Socket, Buffer[]>();
+  const sockets = new Set<Socket>();
+  const server = createServer((client) => {
+    const target = createConnection(port, '127.0.0.1');
+    sockets.add(client).add(target);
+    client.on('error', () => {});
+    target.on('error', () => {});
+    client.on('close', () => target.destroy());
+    target.on('close', () => client.destroy());
+    client.on('data', (chunk: Buffer) => {
+      if (armed && !holding.has(client) && chunk.includes(marker)) {
+        holding.set(client, []);
+        stalled++;
+      }
+      target.write(chunk);
+    });
+    target.on('data', (chunk: Buffer) => {
+      const queue = holding.get(client);
+      if (queue !== undefined) queue.push(chunk);
+      else client.write(chunk);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  onCleanup(t, () => {
+    for (const socket of sockets) socket.destroy();
+    return new Promise<void>((resolve) => server.close(() => resolve()));
+  });
+  return {
+    url: `redis://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    arm: () => void (armed = true),
+    stalled: () => stalled,
+    release: () => {
+      armed = false;
+      for (const [client, queue] of holding) for (const chunk of queue) client.write(chunk);
+      holding.clear();
+    },
+  };
+}
+
+const NEWCOMER = 'AAAAAAAAAAAAAAAAAAAAANewcomerOne%2Bfull';
+
+/** X behind its token check: 401 to any token but NEWCOMER, an app-only token of the full plan. */
+async function checkedX(t: TestContext) {
+  const x = fakeX();
+  const upstream = await startUpstream(t, (req, res) => {
+    if (req.headers.authorization !== `Bearer ${NEWCOMER}`) {
+      res.writeHead(401, { 'content-type': 'application/problem+json' });
+      return void res.end('{"title":"Unauthorized","status":401,"detail":"Unauthorized"}');
+    }
+    if (answerAppOnlyWhoAmI(req, res)) return;
+    x.behaviour(req, res);
+  });
+  return { x, upstream, calls: () => upstream.requests.filter((r) => r.headers.authorization === `Bearer ${NEWCOMER}`).length };
+}
+
+function passThrough(url: string, redisUrl: string, server: string, commandTimeoutMs: number, extra = ''): string {
+  return `
+server: { host: 127.0.0.1, port: 0, ${server} }
+auth: { mode: upstream, default_plan: resale }
+rate_limits: { resale: { capacity: 1000, refill_per_second: 1000 } }
+upstreams: { x: { kind: x_v2, url: "${url}", timeout_ms: 2000 } }
+cache: { redis: { url: "${redisUrl}", prefix: "t:", command_timeout_ms: ${commandTimeoutMs} } }
+${extra}
+`;
+}
+
+test(
+  'an instance that cannot serve Redis entries (purge counters not synced) does not wait on another instance\'s lease for them: it answers a shared miss within one provider call\'s time',
+  { timeout: 30_000 },
+  async (t) => {
+    const redis = await startRedis(t);
+    // Redis 7's ACL users get no pub/sub channels unless granted (acl-pubsub-default
+    // resetchannels): an operator's user for perch B can run every command on every key, but its
+    // purge subscription is refused, so B's counters never sync and it reads nothing from Redis.
+    const root = await admin(t, redis.url);
+    await root.call('ACL', 'SETUSER', 'perchb', 'on', '>pw-b-0123456789', '~*', '+@all');
+    const upstream = await startUpstream(t, slow(600));
+    const yaml = (url: string) => testConfig(v1('main', upstream.url), `cache: { stale_seconds: 0, redis: { url: "${url}", prefix: "t:", command_timeout_ms: 1000 } }`);
+    const a = await startPerch(t, yaml(redis.url));
+    const b = await startPerch(t, yaml(`redis://perchb:pw-b-0123456789@127.0.0.1:${redis.port}`));
+    await waitFor(() => a.cache.redisConnected === true && b.cache.redisConnected === true);
+    assert.equal(b.logs.lines().filter((l) => l.msg === 'listening before the cache purge counters synced: Redis entries are misses until they are').length, 1);
+    // A leads the fleet's flight for PATH; B misses the same path while A's call runs.
+    const leading = a.request(PATH);
+    await waitFor(() => upstream.requests.length === 1);
+    const started = performance.now();
+    const following = await b.request(PATH);
+    const ms = performance.now() - started;
+    assert.equal((await leading).status, 200);
+    assert.equal(following.status, 200);
+    const calls = upstream.requests.length;
+    // B may fetch for itself (it cannot trust what A stores), but not only after A's whole flight.
+    assert.ok(ms < 900, `B answered after ${Math.round(ms)} ms with a 600 ms provider (${calls} provider calls; cache-status ${following.headers.get('cache-status')})`);
+  },
+);
+
+test(
+  "a key's verifying turn asked of a Redis that stalled past command_timeout_ms is given back once Redis runs it: another instance's request of the key is not held until the orphan lease expires",
+  { timeout: 30_000 },
+  async (t) => {
+    const redis = await startRedis(t);
+    const { upstream: xUp, calls: xCalls } = await checkedX(t);
+    const yaml = passThrough(xUp.url, redis.url, 'miss_deadline_ms: 2000', 300);
+    const a = await startPerch(t, yaml);
+    const b = await startPerch(t, yaml);
+    await waitFor(() => a.cache.redisConnected === true && b.cache.redisConnected === true);
+    const root = await admin(t, redis.url);
+    // Redis stalls while A takes the newcomer's turn: A's SET NX times out (command_timeout_ms)
+    // and A goes on without the fleet; the SET is still in Redis's socket buffer.
+    redis.freeze();
+    const aStarted = performance.now();
+    const first = await a.request('/v1/users/1', { key: NEWCOMER });
+    const aMs = performance.now() - aStarted;
+    const aCalls = xCalls();
+    redis.thaw();
+    const orphan = await root.keys('t:auth:turn:*');
+    const pttl = orphan.length === 0 ? -2 : await root.pttl(orphan[0]!);
+    const before = xCalls();
+    const started = performance.now();
+    const second = await b.request('/v1/users/1', { key: NEWCOMER });
+    const ms = performance.now() - started;
+    assert.ok(
+      second.status === 200 && ms < 1000,
+      `B answered ${second.status} after ${Math.round(ms)} ms (A answered ${first.status} after ${Math.round(aMs)} ms, ${aCalls} X calls; turn keys left in Redis after the thaw: ${orphan.length}, pttl ${pttl} ms; X calls by B: ${xCalls() - before})`,
+    );
+  },
+);
+
+test(
+  "a request waiting on its instance's verifying flight is not answered 499 when the client of the request that took the key's turn resets: it is answered (200 here, by a verifying call of its own)",
+  { timeout: 30_000 },
+  async (t) => {
+    const redis = await startRedis(t);
+    // The other instance's token buckets and verdicts through a relay that stalls the reading of a
+    // verification turn (the unknown keys' bucket); everything else straight to Redis.
+    const relay = await markerRelay(t, redis.port, 'perch:unverified');
+    const { x, upstream, calls } = await checkedX(t);
+    const yaml = (extra: string) => passThrough(upstream.url, redis.url, 'miss_deadline_ms: 20000', 10000, extra);
+    const patient = await startPerch(t, yaml(`rate_limits_redis: { url: "${redis.url}", prefix: "r:", command_timeout_ms: 1000 }`));
+    const other = await startPerch(t, yaml(`rate_limits_redis: { url: "${relay.url}", prefix: "r:", command_timeout_ms: 1000 }`));
+    await waitFor(() => patient.cache.redisConnected === true && other.cache.redisConnected === true);
+    // The patient instance holds the newcomer's turn, its verifying call held at X.
+    x.hold = true;
+    const verifying = patient.request('/v1/users/1', { key: NEWCOMER });
+    await waitFor(() => x.held.length === 1);
+    // On the other instance: a request that will leave (it takes the key's turn next), then one of
+    // the same key that waits on its flight and stays.
+    const socket = connect(Number(new URL(other.url).port), '127.0.0.1');
+    socket.on('error', () => {});
+    await new Promise((resolve) => socket.once('connect', resolve));
+    socket.write(`GET /v1/users/1 HTTP/1.1\r\nHost: perch\r\nx-api-key: ${NEWCOMER}\r\n\r\n`);
+    await waitFor(() => other.received() === 1);
+    const staying = other.request('/v1/users/2', { key: NEWCOMER });
+    await waitFor(() => other.received() === 2);
+    relay.arm();
+    // The patient's call fails without a verdict: the turn passes to the leaving request, whose
+    // verification turn (a token bucket in Redis) is read now, its reply held.
+    x.failWith = { status: 503 };
+    for (const release of x.held.splice(0)) release();
+    assert.equal((await verifying).status, 502);
+    x.failWith = undefined;
+    x.hold = false;
+    await waitFor(() => relay.stalled() > 0);
+    socket.resetAndDestroy();
+    // The leaving request learns its client left once its turn's read gives up (command_timeout_ms).
+    await waitFor(() => other.logs.lines().some((l) => l.msg === 'request'), 10_000);
+    relay.release();
+    const answer = await staying;
+    const lines = other.logs.lines().filter((l) => l.msg === 'request').map((l) => `${l.path} ${l.status} call=${l.upstream_call}`);
+    assert.deepEqual(lines, ['/v1/users/1 499 call=false', '/v1/users/2 200 call=true']);
+    assert.equal(answer.status, 200);
+    // The patient's two (who the key speaks for, its failed verifying call), then the staying request's two.
+    assert.equal(calls(), 4);
+  },
+);
+
+test(
+  "a client that half-closes (FIN) while its request waits on another instance's verifying turn is still answered: 504 at its miss deadline, no call",
+  { timeout: 30_000 },
+  async (t) => {
+    const redis = await startRedis(t);
+    const { x, upstream, calls } = await checkedX(t);
+    const patient = await startPerch(t, passThrough(upstream.url, redis.url, 'miss_deadline_ms: 20000', 10000));
+    const other = await startPerch(t, passThrough(upstream.url, redis.url, 'miss_deadline_ms: 1000', 10000));
+    await waitFor(() => patient.cache.redisConnected === true && other.cache.redisConnected === true);
+    x.hold = true;
+    const verifying = patient.request('/v1/users/1', { key: NEWCOMER });
+    await waitFor(() => x.held.length === 1);
+    const socket = connect(Number(new URL(other.url).port), '127.0.0.1');
+    socket.on('error', () => {});
+    let reply = '';
+    socket.on('data', (chunk: Buffer) => (reply += chunk.toString()));
+    await new Promise((resolve) => socket.once('connect', resolve));
+    const started = performance.now();
+    socket.end(`GET /v1/users/1 HTTP/1.1\r\nHost: perch\r\nx-api-key: ${NEWCOMER}\r\n\r\n`);
+    await new Promise((resolve) => socket.once('close', resolve));
+    const ms = performance.now() - started;
+    for (const release of x.held.splice(0)) release();
+    x.hold = false;
+    assert.equal((await verifying).status, 200);
+    const line = other.logs.lines().find((l) => l.msg === 'request');
+    assert.ok(reply.startsWith('HTTP/1.1 504'), `half-closed client got ${JSON.stringify(reply.slice(0, 40))} after ${Math.round(ms)} ms; logged ${line?.status}; X calls ${calls()}`);
+    assert.ok(ms >= 1000 && ms < 1500, `answered after ${Math.round(ms)} ms`);
+    assert.equal(calls(), 2);
+  },
+);
+
+test(
+  'an instance whose purge counters cannot be read again after its subscription was lost says so in its log, as it does at its start, while it serves nothing from Redis',
+  { timeout: 30_000 },
+  async (t) => {
+    const redis = await startRedis(t);
+    const upstream = await startUpstream(t, sampleProvider);
+    const perch = await startPerch(t, testConfig(v1('main', upstream.url), `cache: { stale_seconds: 0, redis: { url: "${redis.url}", prefix: "t:", command_timeout_ms: 1000 } }`));
+    await waitFor(() => perch.logs.lines().some((l) => l.msg === 'cache purge counters synced'));
+    assert.equal((await perch.request(PATH)).status, 200);
+    await perch.cache.settled();
+    perch.cache.memory.clear();
+    assert.notEqual(await perch.cache.remote(PATH), undefined);
+    // Something else under the counters' key (as in purge-sync-window.test.ts at a start), and the
+    // subscription drops: every resync after it fails, perch's other commands still work.
+    const root = await admin(t, redis.url);
+    await root.set('t:gen', 'not a hash');
+    await root.call('CLIENT', 'KILL', 'TYPE', 'pubsub');
+    await waitFor(async () => (await perch.cache.remote(PATH)) === undefined);
+    const warned = () => perch.logs.lines().some((l) => l.msg === 'cache purge counters not synced: Redis entries are misses until they are');
+    const since = performance.now();
+    let said = true;
+    await waitFor(warned, 5000).catch(() => (said = false));
+    const misses = upstream.requests.length;
+    for (let i = 0; i < 3; i++) {
+      perch.cache.memory.clear();
+      await perch.request(PATH);
+    }
+    assert.ok(said, `nothing logged at warn in ${Math.round(performance.now() - since)} ms, while every Redis entry is a miss (provider calls for one path: ${misses} -> ${upstream.requests.length})`);
+  },
+);
+
+test(
+  "a perch process whose purge subscription is lost stays up when Redis answers its resubscription late (past command_timeout_ms): no unhandled rejection ends it",
+  { timeout: 30_000 },
+  async (t) => {
+    const redis = await startRedis(t);
+    const relay = await markerRelay(t, redis.port, 'subscribe');
+    const upstream = await startUpstream(t, sampleProvider);
+    const dir = tempDir(t, 'attack-purge-');
+    const config = join(dir, 'perch.yaml');
+    writeFileSync(config, testConfig(v1('main', upstream.url), `cache: { redis: { url: "${relay.url}", prefix: "t:", command_timeout_ms: 200 } }`));
+    const perch = await spawnPerch(t, config);
+    await waitFor(() => perch.stdout().includes('cache purge counters synced'));
+    // From now on a connection's replies stall once it subscribes: the subscriber's next
+    // connection answers its ready check, then nothing. Its subscription is dropped now.
+    relay.arm();
+    const root = await admin(t, redis.url);
+    await root.call('CLIENT', 'KILL', 'TYPE', 'pubsub');
+    await waitFor(() => relay.stalled() > 0);
+    const exit = await Promise.race([perch.exited, new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 1500))]);
+    relay.release();
+    assert.equal(exit, undefined, `perch exited ${JSON.stringify(exit)}: ${perch.output().split('\n').slice(-4).join(' | ').slice(0, 600)}`);
+    const answer = await fetch(`${perch.url}/v1/users/1`, { headers: { 'x-api-key': KEY } });
+    assert.equal(answer.status, 200);
+  },
+);
