@@ -8,8 +8,8 @@ import { test, type TestContext } from 'node:test';
 import { connect, createConnection, createServer, type AddressInfo, type Socket } from 'node:net';
 import { Redis } from 'ioredis';
 import { onCleanup } from './helpers/cleanup.js';
-import { fakeX } from './helpers/fake-x.js';
-import { KEY, startPerch, testConfig, v1, waitFor } from './helpers/perch.js';
+import { fakeX, type FakeX } from './helpers/fake-x.js';
+import { KEY, startPerch, testConfig, v1, waitFor, type RunningPerch, type TestResponse } from './helpers/perch.js';
 import { spawnPerch } from './helpers/perch-process.js';
 import { tempDir } from './helpers/temp-dir.js';
 import { startRedis } from './helpers/redis-server.js';
@@ -90,6 +90,26 @@ async function checkedX(t: TestContext) {
     x.behaviour(req, res);
   });
   return { x, upstream, calls: () => upstream.requests.filter((r) => r.headers.authorization === `Bearer ${NEWCOMER}`).length };
+}
+
+/**
+ * `patient` starts the newcomer's verifying call, held at X: it holds the key's turn in Redis
+ * while `other` is asked for the key.
+ */
+async function patientHoldsTheTurn(x: FakeX, patient: RunningPerch, other: RunningPerch): Promise<{ verifying: Promise<TestResponse> }> {
+  await waitFor(() => patient.cache.redisConnected === true && other.cache.redisConnected === true);
+  x.hold = true;
+  const verifying = patient.request('/v1/users/1', { key: NEWCOMER });
+  await waitFor(() => x.held.length === 1);
+  return { verifying };
+}
+
+/** A raw connection to `perch`, open, that a test writes a request on and resets or half-closes. */
+async function rawConnection(perch: RunningPerch): Promise<Socket> {
+  const socket = connect(Number(new URL(perch.url).port), '127.0.0.1');
+  socket.on('error', () => {});
+  await new Promise((resolve) => socket.once('connect', resolve));
+  return socket;
 }
 
 function passThrough(url: string, redisUrl: string, server: string, commandTimeoutMs: number, extra = ''): string {
@@ -177,16 +197,10 @@ test(
     const yaml = (extra: string) => passThrough(upstream.url, redis.url, 'miss_deadline_ms: 20000', 10000, extra);
     const patient = await startPerch(t, yaml(`rate_limits_redis: { url: "${redis.url}", prefix: "r:", command_timeout_ms: 1000 }`));
     const other = await startPerch(t, yaml(`rate_limits_redis: { url: "${relay.url}", prefix: "r:", command_timeout_ms: 1000 }`));
-    await waitFor(() => patient.cache.redisConnected === true && other.cache.redisConnected === true);
-    // The patient instance holds the newcomer's turn, its verifying call held at X.
-    x.hold = true;
-    const verifying = patient.request('/v1/users/1', { key: NEWCOMER });
-    await waitFor(() => x.held.length === 1);
+    const { verifying } = await patientHoldsTheTurn(x, patient, other);
     // On the other instance: a request that will leave (it takes the key's turn next), then one of
     // the same key that waits on its flight and stays.
-    const socket = connect(Number(new URL(other.url).port), '127.0.0.1');
-    socket.on('error', () => {});
-    await new Promise((resolve) => socket.once('connect', resolve));
+    const socket = await rawConnection(other);
     socket.write(`GET /v1/users/1 HTTP/1.1\r\nHost: perch\r\nx-api-key: ${NEWCOMER}\r\n\r\n`);
     await waitFor(() => other.received() === 1);
     const staying = other.request('/v1/users/2', { key: NEWCOMER });
@@ -221,15 +235,10 @@ test(
     const { x, upstream, calls } = await checkedX(t);
     const patient = await startPerch(t, passThrough(upstream.url, redis.url, 'miss_deadline_ms: 20000', 10000));
     const other = await startPerch(t, passThrough(upstream.url, redis.url, 'miss_deadline_ms: 1000', 10000));
-    await waitFor(() => patient.cache.redisConnected === true && other.cache.redisConnected === true);
-    x.hold = true;
-    const verifying = patient.request('/v1/users/1', { key: NEWCOMER });
-    await waitFor(() => x.held.length === 1);
-    const socket = connect(Number(new URL(other.url).port), '127.0.0.1');
-    socket.on('error', () => {});
+    const { verifying } = await patientHoldsTheTurn(x, patient, other);
+    const socket = await rawConnection(other);
     let reply = '';
     socket.on('data', (chunk: Buffer) => (reply += chunk.toString()));
-    await new Promise((resolve) => socket.once('connect', resolve));
     const started = performance.now();
     socket.end(`GET /v1/users/1 HTTP/1.1\r\nHost: perch\r\nx-api-key: ${NEWCOMER}\r\n\r\n`);
     await new Promise((resolve) => socket.once('close', resolve));
@@ -293,9 +302,13 @@ test(
     const root = await admin(t, redis.url);
     await root.call('CLIENT', 'KILL', 'TYPE', 'pubsub');
     await waitFor(() => relay.stalled() > 0);
-    const exit = await Promise.race([perch.exited, new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 1500))]);
-    relay.release();
+    let exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+    void perch.exited.then((exited) => (exit = exited));
+    // Its own resubscriptions time out for a second (command_timeout_ms each), which it says.
+    await waitFor(() => exit !== undefined || perch.stdout().includes('cache purge counters not synced'), 10_000);
     assert.equal(exit, undefined, `perch exited ${JSON.stringify(exit)}: ${perch.output().split('\n').slice(-4).join(' | ').slice(0, 600)}`);
+    relay.release();
+    await waitFor(() => perch.stdout().split('cache purge counters synced').length === 3, 10_000);
     const answer = await fetch(`${perch.url}/v1/users/1`, { headers: { 'x-api-key': KEY } });
     assert.equal(answer.status, 200);
   },
