@@ -169,7 +169,10 @@ export function createPerch(options: PerchOptions): Perch {
     metrics,
     listen: async () => {
       const { worker } = options;
-      if (!(await tiers.cache.started(START_SYNC_MS))) logger.warn({ waited_ms: START_SYNC_MS }, 'listening before the cache purge counters synced: Redis entries are misses until they are');
+      const waiting = performance.now();
+      if (!(await tiers.cache.started(START_SYNC_MS))) {
+        logger.warn({ waited_ms: Math.round(performance.now() - waiting) }, 'listening before the cache purge counters synced: each Redis read reads them too until they are');
+      }
       const metricsPort = config.metrics.port === undefined || config.metrics.port === 0 ? 0 : config.metrics.port + (worker ?? 1) - 1;
       if (metricsServer !== undefined) await bind(metricsServer, metricsPort, config.server.host, false);
       return bind(server, config.server.port, config.server.host, config.server.reuse_port || worker !== undefined);

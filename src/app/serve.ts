@@ -49,6 +49,9 @@ async function start(config: Config, configPath: string, heap: HeapSettings, log
     perch.reload(worker.reloaded);
     logger.info({ config: configPath }, 'configuration reloaded');
   }
+  // Before the wait to listen (up to 2 s for the purge counters): a SIGHUP then is a reload, a
+  // SIGTERM a stop, never the signal's default, which ends the process.
+  handleSignals({ perch, logger, configPath, env: process.env, ...(worker === undefined ? {} : { primary: worker.primary }) });
   const address = await perch.listen();
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const base = `${config.server.tls === undefined ? 'http' : 'https'}://${host}:${address.port}`;
@@ -68,6 +71,5 @@ async function start(config: Config, configPath: string, heap: HeapSettings, log
   const needed = heapShortfall(config, oldSpaceLimit);
   if (needed !== undefined) logger.warn({ old_space_limit_mib: Math.floor(oldSpaceLimit / 2 ** 20), needed_mib: Math.ceil(needed / 2 ** 20) }, HEAP_LIMIT_WARNING);
 
-  handleSignals({ perch, logger, configPath, env: process.env, ...(worker === undefined ? {} : { primary: worker.primary }) });
 }
 

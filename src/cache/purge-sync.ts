@@ -141,7 +141,8 @@ export class PurgeSync {
   readonly #instances: string;
   /**
    * Whether this instance's view holds every purge Redis counted: false from the start and from
-   * each loss of the subscription until the resync after it, while a purge may have gone unheard.
+   * each loss of the subscription until the resync after it, while a purge may have gone unheard
+   * (and meanwhile each entry read from Redis waits for the counters read after it, `catchUp`).
    */
   #current = false;
   /** Settles the start's wait (`started`): at the first resync, or when the first connection fails. */
@@ -224,12 +225,25 @@ export class PurgeSync {
   }
 
   /**
-   * Whether Redis entries may be served: this instance has heard every purge since its last
-   * resync. Until then an entry a purge dropped could still be read there, its generation taken
-   * for one newer than this instance's view (generations.ts).
+   * Whether Redis entries may be judged by this instance's view alone: it has heard every purge
+   * since its last resync. Until then an entry a purge dropped could still be read there, its
+   * generation taken for one newer than this instance's view (generations.ts): `catchUp` first.
    */
   get current(): boolean {
     return this.#current;
+  }
+
+  /**
+   * For an entry read from Redis while not `current`: reads the counters after it and raises this
+   * instance's view to them, as a resync does, so that the entry is judged against every purge
+   * Redis had counted by then, a purge acknowledged before its request arrived included. False
+   * when they could not be read, or Redis lost them: nothing read there may be served then.
+   */
+  async catchUp(): Promise<boolean> {
+    const fields = await this.#guard.run('purge', this.#key, (client) => client.hgetall(this.#key));
+    if (fields === undefined || fields.all === undefined) return false;
+    this.#applyHash(Object.entries(fields).flat(), 'read');
+    return true;
   }
 
   /**
@@ -285,7 +299,7 @@ export class PurgeSync {
     return true;
   }
 
-  #applyHash(reply: readonly string[], via: 'resync' | 'sync'): void {
+  #applyHash(reply: readonly string[], via: 'resync' | 'sync' | 'read'): void {
     const fields = new Map<string, number>();
     for (let i = 0; i + 1 < reply.length; i += 2) {
       const count = Number(reply[i + 1]);
@@ -322,14 +336,14 @@ export class PurgeSync {
         // for a second, then the retries go on quietly until one succeeds.
         if (!told && connection === this.#connection && performance.now() - began >= RESYNC_TELL_MS) {
           told = true;
-          this.#logger.warn({ reason: error instanceof Error ? error.message : String(error) }, 'cache purge counters not synced: Redis entries are misses until they are');
+          this.#logger.warn({ reason: error instanceof Error ? error.message : String(error) }, 'cache purge counters not synced: each Redis read reads them too until they are');
         }
         await sleep(delay, undefined, { ref: false });
       }
     }
   }
 
-  #apply(all: number, scopes: Iterable<readonly [string, number]>, via: 'request' | 'message' | 'resync' | 'sync'): void {
+  #apply(all: number, scopes: Iterable<readonly [string, number]>, via: 'request' | 'message' | 'resync' | 'sync' | 'read'): void {
     const purged = this.#generations.observe(all, scopes);
     // A new instance's first resync raises every scope purged since the last `all`: keep the line short.
     if (purged.length > 0) this.#logger.info({ purged: purged.slice(0, 10), count: purged.length, via }, 'cache purge applied');

@@ -402,8 +402,8 @@ export class ReadThrough {
     // waits on one begun before it.
     const stamp = cache.generations.stamp(request.path);
     // Nothing of this endpoint is stored (TTL 0): no other instance can be spared a call, so none
-    // waits on this one's lease. An instance that may not have heard of every purge reads nothing
-    // from Redis (purge-sync.ts): it would wait on another's lease for an entry it cannot take.
+    // waits on this one's lease. An instance that may not have heard of every purge takes none: an
+    // entry it finds needs the purge counters too (purge-sync.ts), which may be what it cannot read.
     const leased = sharedFlights !== undefined && config.cache.ttl_seconds[request.endpoint] > 0 && cache.current;
     const claim = leased ? await sharedFlights.claim(request.path, stamp, config.server.miss_deadline_ms, deadline, stop) : undefined;
     if (claim?.kind === 'left') return { ...LEFT, stored: false, abandoned: true };

@@ -92,7 +92,11 @@ export class TieredCache {
     return this.#redis?.guard.state;
   }
 
-  /** Whether Redis entries may be served now: always without Redis; with it, once the purge counters are synced (purge-sync.ts). */
+  /**
+   * Whether this instance has heard every purge: always without Redis; with it, once the purge
+   * counters are synced after the last (re)connection (purge-sync.ts). Until then each Redis read
+   * also reads the counters.
+   */
   get current(): boolean {
     return this.#redis === undefined || this.#redis.purges.current;
   }
@@ -119,9 +123,11 @@ export class TieredCache {
    */
   async remote(key: string): Promise<Found | undefined> {
     const redis = this.#redis;
-    // Purges this instance may not have heard of yet: Redis may hold what one dropped.
-    if (redis === undefined || !this.current) return undefined;
+    if (redis === undefined) return undefined;
     const entry = await redis.guard.run('get', redis.store.redisKey(key), () => redis.store.get(key));
+    // Purges this instance may not have heard of (purge-sync.ts): Redis may hold what one dropped,
+    // so the counters are read after the entry, and without them nothing read is served.
+    if (entry !== undefined && !redis.purges.current && !(await redis.purges.catchUp())) return undefined;
     // Checked after the await, against the generations known now: a purge observed while the
     // read was in flight still applies to its result.
     const found = entry !== undefined && this.generations.accepts(key, entry.generation) ? this.#classify(entry) : undefined;
