@@ -9,6 +9,7 @@ import { promisify } from 'node:util';
 import { test, type TestContext } from 'node:test';
 import { connect, createConnection, createServer, type AddressInfo, type Socket } from 'node:net';
 import { Redis } from 'ioredis';
+import { ADMIN_YAML, outcome, purge } from './helpers/admin.js';
 import { onCleanup } from './helpers/cleanup.js';
 import { ManualClock } from './helpers/clock.js';
 import { fakeX, type FakeX } from './helpers/fake-x.js';
@@ -35,12 +36,14 @@ async function admin(t: TestContext, url: string): Promise<Redis> {
 }
 
 /**
- * A relay to Redis that, once armed, holds every reply on a connection from the moment that
- * connection sends a command naming `marker`, until `release`: one kind of command stalls.
+ * A relay to Redis that, once armed, acts on what a connection sends naming `marker` (any case):
+ * `hold`, every reply on that connection from then on is held until `release` (one kind of
+ * command stalls); `drop`, that command never reaches Redis (a subscription that never comes back).
  */
-async function markerRelay(t: TestContext, port: number, marker: string) {
+async function markerRelay(t: TestContext, port: number, marker: string, mode: 'hold' | 'drop' = 'hold') {
   let armed = false;
   let stalled = 0;
+  const named = (chunk: Buffer) => chunk.toString().toUpperCase().includes(marker.toUpperCase());
   const holding = new Map<Socket, Buffer[]>();
   const sockets = new Set<Socket>();
   const server = createServer((client) => {
@@ -51,7 +54,8 @@ async function markerRelay(t: TestContext, port: number, marker: string) {
     client.on('close', () => target.destroy());
     target.on('close', () => client.destroy());
     client.on('data', (chunk: Buffer) => {
-      if (armed && !holding.has(client) && chunk.includes(marker)) {
+      if (armed && mode === 'drop' && named(chunk)) return void stalled++;
+      if (armed && !holding.has(client) && named(chunk)) {
         holding.set(client, []);
         stalled++;
       }
@@ -131,18 +135,9 @@ test(
   'an instance whose purge subscription is refused (its counters never synced) takes no lease and waits on none: it answers a shared miss within one provider call\'s time',
   { timeout: 30_000 },
   async (t) => {
-    const redis = await startRedis(t);
-    // Redis 7's ACL users get no pub/sub channels unless granted (acl-pubsub-default
-    // resetchannels): an operator's user for perch B can run every command on every key, but its
-    // purge subscription is refused, so B's counters never sync.
-    const root = await admin(t, redis.url);
-    await root.call('ACL', 'SETUSER', 'perchb', 'on', '>pw-b-0123456789', '~*', '+@all');
     const upstream = await startUpstream(t, slow(600));
-    const yaml = (url: string) => testConfig(v1('main', upstream.url), `cache: { stale_seconds: 0, redis: { url: "${url}", prefix: "t:", command_timeout_ms: 1000 } }`);
-    const a = await startPerch(t, yaml(redis.url));
-    const b = await startPerch(t, yaml(`redis://perchb:pw-b-0123456789@127.0.0.1:${redis.port}`));
-    await waitFor(() => a.cache.redisConnected === true && b.cache.redisConnected === true);
-    assert.equal(b.logs.lines().filter((l) => l.msg === 'listening before the cache purge counters synced: each Redis read reads them too until they are').length, 1);
+    const { a, b } = await aAndUnsyncedB(t, (url) => testConfig(v1('main', upstream.url), `cache: { stale_seconds: 0, redis: { url: "${url}", prefix: "t:", command_timeout_ms: 1000 } }`));
+    assert.equal(b.logs.lines().filter((l) => l.msg === 'listening before the cache purge counters synced: each request reads them too until they are').length, 1);
     // A leads the fleet's flight for PATH; B misses the same path while A's call runs.
     const leading = a.request(PATH);
     await waitFor(() => upstream.requests.length === 1);
@@ -275,7 +270,7 @@ test(
     await root.set('t:gen', 'not a hash');
     await root.call('CLIENT', 'KILL', 'TYPE', 'pubsub');
     await waitFor(async () => (await perch.cache.remote(PATH)) === undefined);
-    const warned = () => perch.logs.lines().some((l) => l.msg === 'cache purge counters not synced: each Redis read reads them too until they are');
+    const warned = () => perch.logs.lines().some((l) => l.msg === 'cache purge counters not synced: each request reads them too until they are');
     const since = performance.now();
     let said = true;
     await waitFor(warned, 5000).catch(() => (said = false));
@@ -317,6 +312,31 @@ test(
     assert.equal(answer.status, 200);
   },
 );
+
+/**
+ * A perch process started on a Redis that accepts connections but does not answer yet: it waits
+ * in its start wait (up to 2 s for the purge counters) once it has logged `starting`.
+ */
+async function startingOnFrozenRedis(t: TestContext) {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const path = join(tempDir(t, 'perch-starting-'), 'perch.yaml');
+  writeFileSync(path, testConfig(v1('main', upstream.url), `cache: { redis: { url: "${redis.url}", command_timeout_ms: 5000 } }`));
+  redis.freeze();
+  onCleanup(t, () => redis.thaw());
+  const child = spawn(process.execPath, [MAIN, '--config', path], { env: { PATH: process.env.PATH }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+  onCleanup(t, async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    await exited;
+  });
+  let output = '';
+  child.stdout.on('data', (d: Buffer) => (output += d.toString()));
+  child.stderr.on('data', (d: Buffer) => (output += d.toString()));
+  // Logged just before the signals are handled, in the same synchronous step.
+  await waitFor(() => output.includes('starting'), 10_000);
+  return { redis, child, exited, output: () => output };
+}
 
 /** How many times an instance logged that it read the purge counters. */
 function synced(perch: { logs: { text(): string } }): number {
@@ -364,32 +384,15 @@ test(
 });
 
 test('a SIGHUP while perch waits for its first purge resync reloads it rather than killing it', { timeout: 30_000 }, async (t) => {
-  const redis = await startRedis(t);
-  const upstream = await startUpstream(t, sampleProvider);
-  const path = join(tempDir(t, 'perch-attack2-'), 'perch.yaml');
-  writeFileSync(path, testConfig(v1('main', upstream.url), `cache: { redis: { url: "${redis.url}", command_timeout_ms: 5000 } }`));
-  // A Redis that accepts connections but does not answer yet: perch waits up to 2 s (START_SYNC_MS).
-  redis.freeze();
-  onCleanup(t, () => redis.thaw());
-  const child = spawn(process.execPath, [MAIN, '--config', path], { env: { PATH: process.env.PATH }, stdio: ['ignore', 'pipe', 'pipe'] });
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
-  onCleanup(t, async () => {
-    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-    await exited;
-  });
-  let output = '';
-  child.stdout.on('data', (d: Buffer) => (output += d.toString()));
-  child.stderr.on('data', (d: Buffer) => (output += d.toString()));
-  // Logged just before the signals are handled, in the same synchronous step.
-  await waitFor(() => output.includes('starting'), 10_000);
-  assert.ok(!output.includes('perch is up'), 'still in its start wait');
+  const { redis, child, output } = await startingOnFrozenRedis(t);
+  assert.ok(!output().includes('perch is up'), 'still in its start wait');
   const startedAt = performance.now();
   // An operator's (or a config manager's) reload of a perch that is starting.
   child.kill('SIGHUP');
   redis.thaw();
-  await waitFor(() => output.includes('perch is up') || child.exitCode !== null || child.signalCode !== null, 10_000);
-  assert.equal(child.signalCode, null, `perch died of ${String(child.signalCode)} ${Math.round(performance.now() - startedAt)} ms after a SIGHUP in its start wait; output:\n${output.slice(-600)}`);
-  assert.match(output, /perch is up/);
+  await waitFor(() => output().includes('perch is up') || child.exitCode !== null || child.signalCode !== null, 10_000);
+  assert.equal(child.signalCode, null, `perch died of ${String(child.signalCode)} ${Math.round(performance.now() - startedAt)} ms after a SIGHUP in its start wait; output:\n${output().slice(-600)}`);
+  assert.match(output(), /perch is up/);
 });
 
 test('a brief purge-subscriber blip with no purge in it costs no provider calls for entries Redis holds', { timeout: 60_000 }, async (t) => {
@@ -426,8 +429,214 @@ test('the start line about unsynced purge counters gives the time perch really w
   const started = performance.now();
   const perch = await startPerch(t, testConfig(v1('main', upstream.url), `cache: { redis: { url: "redis://127.0.0.1:${port}", prefix: "t:" } }`));
   const ms = performance.now() - started;
-  const line = perch.logs.lines().find((l) => l.msg === 'listening before the cache purge counters synced: each Redis read reads them too until they are');
+  const line = perch.logs.lines().find((l) => l.msg === 'listening before the cache purge counters synced: each request reads them too until they are');
   assert.ok(line !== undefined, 'the line is logged');
   const waited = (line as { waited_ms?: number }).waited_ms ?? NaN;
   assert.ok(waited <= ms + 50, `logged waited_ms ${waited} for a start that took ${Math.round(ms)} ms in all (Redis refusing)`);
+});
+
+/** A password for the ACL users below. */
+const PASSWORD = 'pw-0123456789';
+
+/**
+ * A Redis user that may run every command on every key but subscribe to no channel (Redis 7's
+ * `acl-pubsub-default resetchannels`): an instance using it never syncs its purge counters,
+ * while it is not cut off from Redis.
+ */
+async function noChannels(root: Redis, user: string): Promise<void> {
+  await root.call('ACL', 'SETUSER', user, 'on', `>${PASSWORD}`, '~*', '+@all');
+}
+
+function asUser(port: number, user: string): string {
+  return `redis://${user}:${PASSWORD}@127.0.0.1:${port}`;
+}
+
+/**
+ * A on Redis's default user and B on one that may subscribe to no channel (`noChannels`): B's
+ * purge counters never sync, while every other command it sends works.
+ */
+async function aAndUnsyncedB(t: TestContext, yaml: (url: string) => string): Promise<{ a: RunningPerch; b: RunningPerch }> {
+  const redis = await startRedis(t);
+  await noChannels(await admin(t, redis.url), 'perchb');
+  const a = await startPerch(t, yaml(redis.url));
+  const b = await startPerch(t, yaml(asUser(redis.port, 'perchb')));
+  await waitFor(() => a.cache.redisConnected === true && b.cache.redisConnected === true);
+  return { a, b };
+}
+
+/** A perch with purges, in front of `upstream`, on the Redis at the URL it is given. */
+function purgeable(upstream: string): (url: string) => string {
+  return (url) => testConfig(v1('main', upstream), `${ADMIN_YAML}\ncache: { stale_seconds: 0, ttl_seconds: { user: 300 }, redis: { url: "${url}", prefix: "t:" } }`);
+}
+
+test(
+  'an instance that reaches Redis but whose purge subscription is down serves no memory entry older than a scope purge answered 200',
+  { timeout: 30_000 },
+  async (t) => {
+    const upstream = await startUpstream(t, sampleProvider);
+    // B's counters never sync, while every Redis command it sends works (it is not cut off from Redis).
+    const { a, b } = await aAndUnsyncedB(t, purgeable(upstream.url));
+    assert.equal(b.cache.current, false, 'B never synced');
+    assert.equal(await outcome(b, '/v1/users/1'), 'miss');
+    assert.equal(await outcome(b, '/v1/users/1'), 'memory');
+    const before = upstream.requests.length;
+    const res = await purge(a, { endpoint: 'user', user_id: '1' });
+    assert.equal(res.status, 200, res.text);
+    const after = await outcome(b, '/v1/users/1');
+    assert.ok(
+      after !== 'memory',
+      `B served its pre-purge memory entry after the purge was answered 200 (${res.text}); cache-status "${after}", provider calls since ${upstream.requests.length - before}, Redis reachable (B connected: ${String(b.cache.redisConnected)})`,
+    );
+  },
+);
+
+test('a SIGTERM while perch waits for its first purge resync stops it with status 0 and it never listens', { timeout: 30_000 }, async (t) => {
+  const { redis, child, exited, output } = await startingOnFrozenRedis(t);
+  const sent = performance.now();
+  child.kill('SIGTERM');
+  // Redis stays frozen past the 2 s start wait.
+  let done: { code: number | null; signal: NodeJS.Signals | null } | undefined;
+  void exited.then((exit) => (done = exit));
+  await waitFor(() => done !== undefined, 6000).catch(() => undefined);
+  const ms = Math.round(performance.now() - sent);
+  redis.thaw();
+  assert.ok(done !== undefined && done.code === 0, `after a SIGTERM in the start wait: ${done === undefined ? `still running after ${ms} ms` : `exit ${String(done.code)} signal ${String(done.signal)} after ${ms} ms`}; listened: ${output().includes('perch is up')}; output:\n${output().slice(-800)}`);
+  assert.ok(!output().includes('perch is up'), `listened after the SIGTERM:\n${output().slice(-800)}`);
+});
+
+test(
+  'after Redis lost its counters, an entry stored by an unsynced instance under its higher view is not served after a purge of its scope answered 200',
+  { timeout: 30_000 },
+  async (t) => {
+    const redis = await startRedis(t);
+    const root = await admin(t, redis.url);
+    await root.call('ACL', 'SETUSER', 'percha', 'on', `>${PASSWORD}`, '~*', '&*', '+@all');
+    // B may run every command but subscribe to nothing: it never syncs, and reads the counters
+    // after each entry it finds (catchUp).
+    await noChannels(root, 'perchb');
+    const upstream = await startUpstream(t, sampleProvider);
+    const yaml = purgeable(upstream.url);
+    const a = await startPerch(t, yaml(asUser(redis.port, 'percha')));
+    const b = await startPerch(t, yaml(asUser(redis.port, 'perchb')));
+    await waitFor(() => a.cache.current && b.cache.redisConnected === true);
+    assert.equal((await purge(a, { all: true })).status, 200);
+    assert.equal((await purge(a, { all: true })).status, 200);
+    assert.equal(await outcome(a, '/v1/users/9'), 'miss');
+    await a.cache.settled();
+    // B finds the entry and raises its view to the counters (all 2).
+    assert.equal(await outcome(b, '/v1/users/9'), 'redis');
+    assert.equal(b.cache.generations.all, 2);
+    // A leaves the fleet (its user disabled), then Redis loses its data.
+    await root.call('ACL', 'SETUSER', 'percha', 'off');
+    await root.call('CLIENT', 'KILL', 'USER', 'percha');
+    await root.flushall();
+    // A new instance restores the counters from its own view (all 0).
+    const c = await startPerch(t, yaml(redis.url));
+    await waitFor(() => c.cache.current, 10_000);
+    await waitFor(async () => (await root.hget('t:gen', 'all')) !== null);
+    const hash = await root.hgetall('t:gen');
+    // B misses and stores its fetch in Redis under its view (all 2).
+    assert.equal(await outcome(b, '/v1/users/1'), 'miss');
+    await b.cache.settled();
+    const res = await purge(c, { endpoint: 'user', user_id: '1' });
+    assert.equal(res.status, 200, res.text);
+    const after = await outcome(c, '/v1/users/1');
+    assert.ok(
+      after !== 'redis' && after !== 'memory',
+      `C served B's pre-purge entry from Redis after its own purge answered 200: cache-status "${after}"; counters after C's start ${JSON.stringify(hash)}, now ${JSON.stringify(await root.hgetall('t:gen'))}; views: B all ${b.cache.generations.all}, C all ${c.cache.generations.all}`,
+    );
+  },
+);
+
+test(
+  'after Redis lost its counters and an instance restored them lower, an unsynced instance writes its higher view back on its next read: the fleet agrees again, and what one stores the other takes',
+  { timeout: 30_000 },
+  async (t) => {
+    const redis = await startRedis(t);
+    const root = await admin(t, redis.url);
+    await root.call('ACL', 'SETUSER', 'percha', 'on', `>${PASSWORD}`, '~*', '&*', '+@all');
+    // B's subscription lost and never back, everything else it sends reaching Redis.
+    const relay = await markerRelay(t, redis.port, 'SUBSCRIBE', 'drop');
+    const upstream = await startUpstream(t, sampleProvider);
+    const yaml = purgeable(upstream.url);
+    const a = await startPerch(t, yaml(asUser(redis.port, 'percha')));
+    const b = await startPerch(t, yaml(relay.url));
+    await waitFor(() => a.cache.current && b.cache.current);
+    assert.equal((await purge(a, { all: true })).status, 200);
+    assert.equal((await purge(a, { all: true })).status, 200);
+    assert.equal(b.cache.generations.all, 2);
+    relay.arm();
+    await root.call('CLIENT', 'KILL', 'TYPE', 'pubsub');
+    await waitFor(() => !b.cache.current && relay.stalled() > 0);
+    // A leaves the fleet, then Redis loses its data; a new instance restores the counters from
+    // its own view (all 0).
+    await root.call('ACL', 'SETUSER', 'percha', 'off');
+    await root.call('CLIENT', 'KILL', 'USER', 'percha');
+    await root.flushall();
+    const c = await startPerch(t, yaml(redis.url));
+    await waitFor(() => c.cache.current, 10_000);
+    // An `all` purge after the loss, counted from the restored (lower) counters.
+    assert.equal((await purge(c, { all: true })).status, 200);
+    // B's next request reads the counters, finds them below its view and writes its view back,
+    // which the others hear: every view stands at B's, above both lineages' purges.
+    assert.equal(await outcome(b, '/v1/users/99'), 'miss');
+    await waitFor(() => c.cache.generations.all === 2);
+    assert.equal(b.cache.generations.all, 2);
+    assert.equal(await root.hget('t:gen', 'all'), '2');
+    const paths = Array.from({ length: 20 }, (_, i) => `/v1/users/${i + 100}`);
+    for (const path of paths) assert.equal(await outcome(c, path), 'miss');
+    await c.cache.settled();
+    const before = upstream.requests.length;
+    const kinds: string[] = [];
+    for (const path of paths) kinds.push(await outcome(b, path));
+    const calls = upstream.requests.length - before;
+    assert.equal(calls, 0, `B's reads of 20 entries C stored: ${calls} provider calls, outcomes ${JSON.stringify(kinds.slice(0, 3))}...; counters ${JSON.stringify(await root.hgetall('t:gen'))}; views B all ${b.cache.generations.all}, C all ${c.cache.generations.all}`);
+  },
+);
+
+test('entries an unsynced instance fetches and stores in Redis are hits for the synced instances (no purge since they were fetched)', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const root = await admin(t, redis.url);
+  await noChannels(root, 'perchb');
+  const upstream = await startUpstream(t, sampleProvider);
+  const yaml = purgeable(upstream.url);
+  const a = await startPerch(t, yaml(redis.url));
+  await waitFor(() => a.cache.current);
+  // Purges long before: the fleet's counters stand at all 1.
+  assert.equal((await purge(a, { all: true })).status, 200);
+  // B starts now and never syncs (its subscription refused); it has found no entry in Redis yet.
+  const b = await startPerch(t, yaml(asUser(redis.port, 'perchb')));
+  await waitFor(() => b.cache.redisConnected === true);
+  const paths = Array.from({ length: 10 }, (_, i) => `/v1/users/${i + 50}`);
+  for (const path of paths) assert.equal(await outcome(b, path), 'miss');
+  await b.cache.settled();
+  const stored = (await root.keys('t:*')).length;
+  const before = upstream.requests.length;
+  const kinds: string[] = [];
+  for (const path of paths) kinds.push(await outcome(a, path));
+  const calls = upstream.requests.length - before;
+  assert.equal(calls, 0, `A's reads of the 10 entries B fetched after the last purge: ${calls} provider calls, outcomes ${JSON.stringify(kinds.slice(0, 3))}...; keys in Redis ${stored}; views A all ${a.cache.generations.all}, B all ${b.cache.generations.all}`);
+});
+
+
+test('after a purge-subscriber loss that does not come back, an instance still talking to Redis serves no memory entry older than a purge answered 200', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const relay = await markerRelay(t, redis.port, 'SUBSCRIBE', 'drop');
+  const upstream = await startUpstream(t, sampleProvider);
+  const yaml = purgeable(upstream.url);
+  const a = await startPerch(t, yaml(redis.url));
+  const b = await startPerch(t, yaml(relay.url));
+  await waitFor(() => a.cache.current && b.cache.current);
+  assert.equal(await outcome(b, '/v1/users/1'), 'miss');
+  assert.equal(await outcome(b, '/v1/users/1'), 'memory');
+  relay.arm();
+  // A proxy's idle timeout, a failover's CLIENT KILL: B's subscriber reconnects, its SUBSCRIBE lost.
+  await promisify(execFile)(process.env.REDIS_CLI ?? 'redis-cli', ['-p', String(redis.port), 'client', 'kill', 'type', 'pubsub']);
+  await waitFor(() => !b.cache.current && relay.stalled() > 0);
+  await waitFor(() => a.cache.current);
+  const res = await purge(a, { endpoint: 'user', user_id: '1' });
+  assert.equal(res.status, 200, res.text);
+  // B's cache connection works: it reads Redis (a hit on another key's entry would catch up).
+  const after = await outcome(b, '/v1/users/1');
+  assert.ok(after !== 'memory', `B served its pre-purge memory entry after the purge was answered 200: cache-status "${after}"; B redis connected ${String(b.cache.redisConnected)}, breaker ${String(b.cache.redisState)}, current ${String(b.cache.current)}`);
 });

@@ -53,6 +53,8 @@ async function start(config: Config, configPath: string, heap: HeapSettings, log
   // SIGTERM a stop, never the signal's default, which ends the process.
   handleSignals({ perch, logger, configPath, env: process.env, ...(worker === undefined ? {} : { primary: worker.primary }) });
   const address = await perch.listen();
+  // Only now: the primary counts a worker that never got here as failing to start.
+  worker?.primary.ready();
   const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   const base = `${config.server.tls === undefined ? 'http' : 'https'}://${host}:${address.port}`;
   const metricsPort = perch.metricsAddress()?.port;

@@ -93,7 +93,6 @@ export function handleSignals(options: SignalOptions): void {
     stop: () => stop('SIGTERM'),
     orphaned: () => drain('primary_gone'),
   });
-  primary.ready();
 }
 
 /**

@@ -234,14 +234,18 @@ export class PurgeSync {
   }
 
   /**
-   * For an entry read from Redis while not `current`: reads the counters after it and raises this
-   * instance's view to them, as a resync does, so that the entry is judged against every purge
-   * Redis had counted by then, a purge acknowledged before its request arrived included. False
-   * when they could not be read, or Redis lost them: nothing read there may be served then.
+   * While not `current`: reads the counters and raises this instance's view to them, as a resync
+   * does, so that what a request is served (memory, Redis) and what its fetch stores are judged by
+   * every purge Redis had counted when it asked, one acknowledged before it arrived included.
+   * Counters missing, or below this view (Redis lost them, and an instance re-created them from a
+   * shorter view), are restored from this view first, as on a purge that finds them so, lest an
+   * entry this instance stamps be taken for newer than a purge counted below it. False when they
+   * could not be read or restored.
    */
   async catchUp(): Promise<boolean> {
     const fields = await this.#guard.run('purge', this.#key, (client) => client.hgetall(this.#key));
-    if (fields === undefined || fields.all === undefined) return false;
+    if (fields === undefined) return false;
+    if (fields.all === undefined || Number(fields.all) < this.#generations.all) return this.#restore();
     this.#applyHash(Object.entries(fields).flat(), 'read');
     return true;
   }
@@ -336,7 +340,7 @@ export class PurgeSync {
         // for a second, then the retries go on quietly until one succeeds.
         if (!told && connection === this.#connection && performance.now() - began >= RESYNC_TELL_MS) {
           told = true;
-          this.#logger.warn({ reason: error instanceof Error ? error.message : String(error) }, 'cache purge counters not synced: each Redis read reads them too until they are');
+          this.#logger.warn({ reason: error instanceof Error ? error.message : String(error) }, 'cache purge counters not synced: each request reads them too until they are');
         }
         await sleep(delay, undefined, { ref: false });
       }
