@@ -147,6 +147,8 @@ test('counters Redis lost (restart without persistence) are restored by the inst
   await subscribers(client, 2);
   await waitFor(async () => (await client.hget('t:gen', 'tweets:1')) === '1', 5000);
   assert.equal(await client.hget('t:gen', 'tweets:1'), '1');
+  // Both resynced: until then an instance writes nothing to Redis.
+  await waitFor(() => a.cache.current && b.cache.current);
 
   await fill(a, b);
   assert.equal((await purge(a, { endpoint: 'tweets', user_id: '1' })).status, 200);

@@ -122,6 +122,6 @@ test('perch listens at once on a Redis that refuses connections or does not answ
   await other.set('t:gen', 'not a hash');
   const unreadable = await listening(redis.url);
   assert.ok(unreadable.ms >= 2000 && unreadable.ms < 3000, `unreadable: listening after ${Math.round(unreadable.ms)} ms`);
-  assert.equal(unreadable.perch.logs.lines().filter((l) => l.msg === 'listening before the cache purge counters synced: each request reads them too until they are').length, 1);
+  assert.equal(unreadable.perch.logs.lines().filter((l) => l.msg === 'listening before the cache purge counters synced: each Redis read reads them too until they are').length, 1);
   assert.equal((await unreadable.perch.request(PATH)).status, 200);
 });

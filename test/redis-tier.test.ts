@@ -91,7 +91,8 @@ test('Redis killed mid-test: requests are answered fast from memory or upstream;
   assert.equal(perch.logs.lines().filter((l) => String(l.msg).startsWith('redis call') && l.dependency === 'redis cache').length, 1);
 
   await redis.restart();
-  await waitFor(() => perch.cache.redisConnected === true);
+  // Resynced too: until then an instance writes nothing to Redis (docs/caching.md).
+  await waitFor(() => perch.cache.redisConnected === true && perch.cache.current);
   clock.advance(2000);
   assert.equal((await perch.request('/v1/users/100')).status, 200);
   assert.equal(perch.cache.redisState, 'closed');

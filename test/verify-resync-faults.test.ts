@@ -15,9 +15,10 @@ import { ManualClock } from './helpers/clock.js';
 import { fakeX, type FakeX } from './helpers/fake-x.js';
 import { KEY, startPerch, testConfig, v1, waitFor, type RunningPerch, type TestResponse } from './helpers/perch.js';
 import { MAIN, spawnPerch } from './helpers/perch-process.js';
+import { withPlan } from './helpers/plans.js';
 import { tempDir } from './helpers/temp-dir.js';
 import { startRedisCluster } from './helpers/redis-cluster.js';
-import { startRedis } from './helpers/redis-server.js';
+import { startRedis, type TestRedis } from './helpers/redis-server.js';
 import { refusedPort, sampleProvider, startUpstream, type UpstreamBehaviour } from './helpers/upstream-server.js';
 import { answerAppOnlyWhoAmI } from './helpers/x-v2-fixtures.js';
 
@@ -137,7 +138,7 @@ test(
   async (t) => {
     const upstream = await startUpstream(t, slow(600));
     const { a, b } = await aAndUnsyncedB(t, (url) => testConfig(v1('main', upstream.url), `cache: { stale_seconds: 0, redis: { url: "${url}", prefix: "t:", command_timeout_ms: 1000 } }`));
-    assert.equal(b.logs.lines().filter((l) => l.msg === 'listening before the cache purge counters synced: each request reads them too until they are').length, 1);
+    assert.equal(b.logs.lines().filter((l) => l.msg === 'listening before the cache purge counters synced: each Redis read reads them too until they are').length, 1);
     // A leads the fleet's flight for PATH; B misses the same path while A's call runs.
     const leading = a.request(PATH);
     await waitFor(() => upstream.requests.length === 1);
@@ -270,7 +271,7 @@ test(
     await root.set('t:gen', 'not a hash');
     await root.call('CLIENT', 'KILL', 'TYPE', 'pubsub');
     await waitFor(async () => (await perch.cache.remote(PATH)) === undefined);
-    const warned = () => perch.logs.lines().some((l) => l.msg === 'cache purge counters not synced: each request reads them too until they are');
+    const warned = () => perch.logs.lines().some((l) => l.msg === 'cache purge counters not synced: each Redis read reads them too until they are');
     const since = performance.now();
     let said = true;
     await waitFor(warned, 5000).catch(() => (said = false));
@@ -429,7 +430,7 @@ test('the start line about unsynced purge counters gives the time perch really w
   const started = performance.now();
   const perch = await startPerch(t, testConfig(v1('main', upstream.url), `cache: { redis: { url: "redis://127.0.0.1:${port}", prefix: "t:" } }`));
   const ms = performance.now() - started;
-  const line = perch.logs.lines().find((l) => l.msg === 'listening before the cache purge counters synced: each request reads them too until they are');
+  const line = perch.logs.lines().find((l) => l.msg === 'listening before the cache purge counters synced: each Redis read reads them too until they are');
   assert.ok(line !== undefined, 'the line is logged');
   const waited = (line as { waited_ms?: number }).waited_ms ?? NaN;
   assert.ok(waited <= ms + 50, `logged waited_ms ${waited} for a start that took ${Math.round(ms)} ms in all (Redis refusing)`);
@@ -455,40 +456,19 @@ function asUser(port: number, user: string): string {
  * A on Redis's default user and B on one that may subscribe to no channel (`noChannels`): B's
  * purge counters never sync, while every other command it sends works.
  */
-async function aAndUnsyncedB(t: TestContext, yaml: (url: string) => string): Promise<{ a: RunningPerch; b: RunningPerch }> {
+async function aAndUnsyncedB(t: TestContext, yaml: (url: string) => string): Promise<{ redis: TestRedis; a: RunningPerch; b: RunningPerch }> {
   const redis = await startRedis(t);
   await noChannels(await admin(t, redis.url), 'perchb');
   const a = await startPerch(t, yaml(redis.url));
   const b = await startPerch(t, yaml(asUser(redis.port, 'perchb')));
   await waitFor(() => a.cache.redisConnected === true && b.cache.redisConnected === true);
-  return { a, b };
+  return { redis, a, b };
 }
 
 /** A perch with purges, in front of `upstream`, on the Redis at the URL it is given. */
 function purgeable(upstream: string): (url: string) => string {
   return (url) => testConfig(v1('main', upstream), `${ADMIN_YAML}\ncache: { stale_seconds: 0, ttl_seconds: { user: 300 }, redis: { url: "${url}", prefix: "t:" } }`);
 }
-
-test(
-  'an instance that reaches Redis but whose purge subscription is down serves no memory entry older than a scope purge answered 200',
-  { timeout: 30_000 },
-  async (t) => {
-    const upstream = await startUpstream(t, sampleProvider);
-    // B's counters never sync, while every Redis command it sends works (it is not cut off from Redis).
-    const { a, b } = await aAndUnsyncedB(t, purgeable(upstream.url));
-    assert.equal(b.cache.current, false, 'B never synced');
-    assert.equal(await outcome(b, '/v1/users/1'), 'miss');
-    assert.equal(await outcome(b, '/v1/users/1'), 'memory');
-    const before = upstream.requests.length;
-    const res = await purge(a, { endpoint: 'user', user_id: '1' });
-    assert.equal(res.status, 200, res.text);
-    const after = await outcome(b, '/v1/users/1');
-    assert.ok(
-      after !== 'memory',
-      `B served its pre-purge memory entry after the purge was answered 200 (${res.text}); cache-status "${after}", provider calls since ${upstream.requests.length - before}, Redis reachable (B connected: ${String(b.cache.redisConnected)})`,
-    );
-  },
-);
 
 test('a SIGTERM while perch waits for its first purge resync stops it with status 0 and it never listens', { timeout: 30_000 }, async (t) => {
   const { redis, child, exited, output } = await startingOnFrozenRedis(t);
@@ -549,7 +529,7 @@ test(
 );
 
 test(
-  'after Redis lost its counters and an instance restored them lower, an unsynced instance writes its higher view back on its next read: the fleet agrees again, and what one stores the other takes',
+  'after Redis lost its counters and an instance restored them lower, an unsynced instance writes its higher view back on its next read of an entry: the fleet agrees again, and what one stores the other takes',
   { timeout: 30_000 },
   async (t) => {
     const redis = await startRedis(t);
@@ -577,8 +557,11 @@ test(
     await waitFor(() => c.cache.current, 10_000);
     // An `all` purge after the loss, counted from the restored (lower) counters.
     assert.equal((await purge(c, { all: true })).status, 200);
-    // B's next request reads the counters, finds them below its view and writes its view back,
-    // which the others hear: every view stands at B's, above both lineages' purges.
+    // B's next read of an entry reads the counters after it, finds them below its view and writes
+    // its view back, which the others hear: every view stands at B's, above both lineages' purges.
+    // The entry, stamped below it, is a miss (once, after Redis lost everything).
+    assert.equal(await outcome(c, '/v1/users/99'), 'miss');
+    await c.cache.settled();
     assert.equal(await outcome(b, '/v1/users/99'), 'miss');
     await waitFor(() => c.cache.generations.all === 2);
     assert.equal(b.cache.generations.all, 2);
@@ -594,32 +577,29 @@ test(
   },
 );
 
-test('entries an unsynced instance fetches and stores in Redis are hits for the synced instances (no purge since they were fetched)', { timeout: 30_000 }, async (t) => {
-  const redis = await startRedis(t);
-  const root = await admin(t, redis.url);
-  await noChannels(root, 'perchb');
+test('an unsynced instance keeps its fetches out of Redis, where its stamps could be below or above the fleet\'s counters; once synced, it shares them again', { timeout: 30_000 }, async (t) => {
   const upstream = await startUpstream(t, sampleProvider);
-  const yaml = purgeable(upstream.url);
-  const a = await startPerch(t, yaml(redis.url));
+  const { redis, a, b } = await aAndUnsyncedB(t, purgeable(upstream.url));
+  const root = await admin(t, redis.url);
   await waitFor(() => a.cache.current);
-  // Purges long before: the fleet's counters stand at all 1.
+  // Purges long before: the fleet's counters stand at all 1; B, which never syncs, found no entry
+  // in Redis yet, so its view stands at 0.
   assert.equal((await purge(a, { all: true })).status, 200);
-  // B starts now and never syncs (its subscription refused); it has found no entry in Redis yet.
-  const b = await startPerch(t, yaml(asUser(redis.port, 'perchb')));
-  await waitFor(() => b.cache.redisConnected === true);
   const paths = Array.from({ length: 10 }, (_, i) => `/v1/users/${i + 50}`);
   for (const path of paths) assert.equal(await outcome(b, path), 'miss');
   await b.cache.settled();
-  const stored = (await root.keys('t:*')).length;
-  const before = upstream.requests.length;
-  const kinds: string[] = [];
-  for (const path of paths) kinds.push(await outcome(a, path));
-  const calls = upstream.requests.length - before;
-  assert.equal(calls, 0, `A's reads of the 10 entries B fetched after the last purge: ${calls} provider calls, outcomes ${JSON.stringify(kinds.slice(0, 3))}...; keys in Redis ${stored}; views A all ${a.cache.generations.all}, B all ${b.cache.generations.all}`);
+  assert.equal(await root.exists(...paths.map((path) => `t:c:${path}`)), 0);
+  // A's own fetches are in Redis, and B takes them, judged by the counters it reads after each.
+  assert.equal(await outcome(a, '/v1/users/60'), 'miss');
+  await a.cache.settled();
+  assert.equal(await outcome(b, '/v1/users/60'), 'redis');
+  assert.equal(b.cache.generations.all, 1);
 });
 
-
-test('after a purge-subscriber loss that does not come back, an instance still talking to Redis serves no memory entry older than a purge answered 200', { timeout: 30_000 }, async (t) => {
+test(
+  'after a purge-subscriber loss that does not come back, an instance still talking to Redis serves no memory entry older than a purge answered 200',
+  { timeout: 30_000, todo: 'its memory is served until it resyncs, as when cut off (docs/caching.md): judging it by the counters on every request charged free hits and made them wait on a stalled Redis' },
+  async (t) => {
   const redis = await startRedis(t);
   const relay = await markerRelay(t, redis.port, 'SUBSCRIBE', 'drop');
   const upstream = await startUpstream(t, sampleProvider);
@@ -640,3 +620,82 @@ test('after a purge-subscriber loss that does not come back, an instance still t
   const after = await outcome(b, '/v1/users/1');
   assert.ok(after !== 'memory', `B served its pre-purge memory entry after the purge was answered 200: cache-status "${after}"; B redis connected ${String(b.cache.redisConnected)}, breaker ${String(b.cache.redisState)}, current ${String(b.cache.current)}`);
 });
+
+/** One token, nearly no refill: the first miss empties the bucket; only free hits pass after it. */
+const FREE_HITS = '{ capacity: 1, refill_per_second: 0.001, cost_of_hit: 0 }';
+
+function freeHits(upstream: string, redisUrl: string): string {
+  return withPlan(testConfig(v1('main', upstream), `cache: { stale_seconds: 0, ttl_seconds: { user: 300 }, redis: { url: "${redisUrl}", prefix: "t:", command_timeout_ms: 500 } }`), FREE_HITS);
+}
+
+test(
+  'cost_of_hit 0: a memory hit is free with an empty bucket while the purge subscription is down and Redis is reachable',
+  { timeout: 30_000 },
+  async (t) => {
+    const redis = await startRedis(t);
+    await noChannels(await admin(t, redis.url), 'nosub');
+    const upstream = await startUpstream(t, sampleProvider);
+    const perch = await startPerch(t, freeHits(upstream.url, asUser(redis.port, 'nosub')));
+    await waitFor(() => perch.cache.redisConnected === true);
+    assert.equal(perch.cache.current, false);
+    const miss = await perch.request(PATH);
+    assert.equal(miss.status, 200);
+    const statuses: string[] = [];
+    for (let i = 0; i < 5; i++) {
+      const res = await perch.request(PATH);
+      statuses.push(`${res.status} ${res.headers.get('cache-status') ?? ''} ${res.headers.get('ratelimit') ?? ''}`);
+    }
+    assert.ok(
+      statuses.every((s) => s.startsWith('200 perch; hit')),
+      `memory hits of a cost_of_hit 0 plan after the bucket emptied, unsynced: ${JSON.stringify(statuses)}; provider calls ${upstream.requests.length}`,
+    );
+  },
+);
+
+test('cost_of_hit 0: a memory hit is free with an empty bucket while Redis is down', { timeout: 30_000 }, async (t) => {
+  const redis = await startRedis(t);
+  const upstream = await startUpstream(t, sampleProvider);
+  const perch = await startPerch(t, freeHits(upstream.url, redis.url));
+  await waitFor(() => perch.cache.current);
+  assert.equal((await perch.request(PATH)).status, 200);
+  await perch.cache.settled();
+  const synced = await perch.request(PATH);
+  assert.equal(synced.status, 200, 'a free hit while synced');
+  await redis.kill();
+  await waitFor(() => !perch.cache.current);
+  const statuses: string[] = [];
+  for (let i = 0; i < 5; i++) {
+    const res = await perch.request(PATH);
+    statuses.push(`${res.status} ${res.headers.get('cache-status') ?? ''} ${res.headers.get('ratelimit') ?? ''}`);
+  }
+  assert.ok(
+    statuses.every((s) => s.startsWith('200 perch; hit')),
+    `memory hits of a cost_of_hit 0 plan after the bucket emptied, Redis down: ${JSON.stringify(statuses)}; provider calls ${upstream.requests.length}`,
+  );
+});
+
+test(
+  'cost_of_hit 0: a memory hit is answered without waiting on a stalled Redis while the purge subscription is down',
+  { timeout: 30_000 },
+  async (t) => {
+    const redis = await startRedis(t);
+    await noChannels(await admin(t, redis.url), 'nosub');
+    const upstream = await startUpstream(t, sampleProvider);
+    // Free hits on a roomy bucket: a hit never asks the limiter's Redis, only the cache can wait.
+    const perch = await startPerch(t, freeHits(upstream.url, asUser(redis.port, 'nosub')).replace(FREE_HITS, '{ capacity: 100000, refill_per_second: 100000, cost_of_hit: 0 }'));
+    await waitFor(() => perch.cache.redisConnected === true);
+    assert.equal(perch.cache.current, false);
+    assert.equal((await perch.request(PATH)).status, 200);
+    await perch.cache.settled();
+    redis.freeze();
+    onCleanup(t, () => redis.thaw());
+    const took: string[] = [];
+    for (let i = 0; i < 8; i++) {
+      const began = performance.now();
+      const res = await perch.request(PATH);
+      took.push(`${res.status} ${res.headers.get('cache-status') ?? ''} ${Math.round(performance.now() - began)}ms`);
+    }
+    const slowest = Math.max(...took.map((s) => Number(/(\d+)ms$/.exec(s)![1])));
+    assert.ok(slowest < 100, `memory hits with Redis frozen, unsynced (command_timeout_ms 500): ${JSON.stringify(took)}; provider calls ${upstream.requests.length}`);
+  },
+);

@@ -142,7 +142,8 @@ export class PurgeSync {
   /**
    * Whether this instance's view holds every purge Redis counted: false from the start and from
    * each loss of the subscription until the resync after it, while a purge may have gone unheard
-   * (and meanwhile each entry read from Redis waits for the counters read after it, `catchUp`).
+   * (meanwhile each entry read from Redis is judged by the counters read after it, `catchUp`, and
+   * nothing is written there, tiered-cache.ts).
    */
   #current = false;
   /** Settles the start's wait (`started`): at the first resync, or when the first connection fails. */
@@ -234,13 +235,12 @@ export class PurgeSync {
   }
 
   /**
-   * While not `current`: reads the counters and raises this instance's view to them, as a resync
-   * does, so that what a request is served (memory, Redis) and what its fetch stores are judged by
-   * every purge Redis had counted when it asked, one acknowledged before it arrived included.
-   * Counters missing, or below this view (Redis lost them, and an instance re-created them from a
-   * shorter view), are restored from this view first, as on a purge that finds them so, lest an
-   * entry this instance stamps be taken for newer than a purge counted below it. False when they
-   * could not be read or restored.
+   * For an entry read from Redis while not `current`: reads the counters after it and raises this
+   * instance's view to them, as a resync does, so that the entry is judged against every purge
+   * Redis had counted by then, a purge acknowledged before its request arrived included. Counters
+   * missing, or below this view (Redis lost them, and an instance re-created them from a shorter
+   * view), are restored from this view first, as a purge that finds them so does, so that the
+   * fleet agrees again. False when they could not be read or restored: the entry is not served.
    */
   async catchUp(): Promise<boolean> {
     const fields = await this.#guard.run('purge', this.#key, (client) => client.hgetall(this.#key));
@@ -340,7 +340,7 @@ export class PurgeSync {
         // for a second, then the retries go on quietly until one succeeds.
         if (!told && connection === this.#connection && performance.now() - began >= RESYNC_TELL_MS) {
           told = true;
-          this.#logger.warn({ reason: error instanceof Error ? error.message : String(error) }, 'cache purge counters not synced: each request reads them too until they are');
+          this.#logger.warn({ reason: error instanceof Error ? error.message : String(error) }, 'cache purge counters not synced: each Redis read reads them too until they are');
         }
         await sleep(delay, undefined, { ref: false });
       }

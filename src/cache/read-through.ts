@@ -151,8 +151,7 @@ export class ReadThrough {
 
   /** A fresh entry of this instance's memory, answered synchronously: no await on the hottest path. */
   hit(request: EndpointRequest, client: Client): Served | undefined {
-    // An instance that may have missed a purge judges its memory by the counters first (`fetch`).
-    if (!this.#deps.cache.current || !this.#admits(request, client)) return undefined;
+    if (!this.#admits(request, client)) return undefined;
     const found = this.#deps.cache.local(request.path);
     return found?.fresh === true ? this.#hit(found.entry, 'memory') : undefined;
   }
@@ -167,16 +166,12 @@ export class ReadThrough {
     const pass = passThrough(client);
     if (pass !== undefined && !this.#admits(request, pass)) return this.#unverified(request, pass, trace, left);
     const { cache } = this.#deps;
-    // An instance that may have missed a purge (purge-sync.ts) reads the counters first: its
-    // memory, Redis's entries and what its fetch stores are judged by them. Unread (Redis out of
-    // reach), it serves its memory, as an instance cut off from Redis does.
-    const caughtUp = cache.current || (await cache.catchUp());
     const local = cache.local(request.path);
     if (local?.fresh === true) return this.#hit(local.entry, 'memory');
     const permanent = this.#backoff.waiting(request.path)?.answer;
     if (permanent !== undefined) return this.#remembered(permanent);
     let stale = local?.entry;
-    const remote = await this.#remote(request.path, trace, caughtUp);
+    const remote = await this.#remote(request.path, trace);
     // Memory is read again after the await: a refresh may have landed while Redis answered, and
     // a client served the newer answer must never see the older one after it (issue 50).
     const landed = cache.local(request.path);
@@ -471,12 +466,12 @@ export class ReadThrough {
   }
 
   /** The Redis lookup of a memory miss, in a span of its own when the request is traced and there is a Redis. */
-  async #remote(path: string, trace: TraceSpan | undefined, caughtUp: boolean): Promise<Found | undefined> {
+  async #remote(path: string, trace: TraceSpan | undefined): Promise<Found | undefined> {
     const { cache } = this.#deps;
-    if (trace === undefined || !cache.shared) return cache.remote(path, caughtUp);
+    if (trace === undefined || !cache.shared) return cache.remote(path);
     const span = trace.child('cache redis lookup', 'client', { 'db.system.name': 'redis', 'db.operation.name': 'GET' });
     try {
-      const found = await cache.remote(path, caughtUp);
+      const found = await cache.remote(path);
       span.set('perch.cache.found', found === undefined ? 'none' : found.fresh ? 'fresh' : 'stale');
       return found;
     } finally {

@@ -94,8 +94,8 @@ export class TieredCache {
 
   /**
    * Whether this instance has heard every purge: always without Redis; with it, once the purge
-   * counters are synced after the last (re)connection (purge-sync.ts). Until then each Redis read
-   * also reads the counters.
+   * counters are synced after the last (re)connection (purge-sync.ts). Until then each entry read
+   * in Redis is judged by the counters read after it, and nothing is written there.
    */
   get current(): boolean {
     return this.#redis === undefined || this.#redis.purges.current;
@@ -117,27 +117,17 @@ export class TieredCache {
   }
 
   /**
-   * While this instance may have missed a purge (not `current`): reads the purge counters into its
-   * view (purge-sync.ts `catchUp`), dropping what they purged from memory. True at once when
-   * current or without Redis; false when they could not be read.
-   */
-  catchUp(): Promise<boolean> {
-    return this.#redis === undefined || this.#redis.purges.current ? Promise.resolve(true) : this.#redis.purges.catchUp();
-  }
-
-  /**
    * The shared tier's entry; a hit refills memory for the rest of the entry's retention, unless
    * memory already holds that response or a newer one: a refresh may have stored its answer
    * while this read was in flight, and the older entry from Redis must not replace it (issue 50).
-   * `caughtUp`: the caller read the purge counters since its request arrived (`catchUp`).
    */
-  async remote(key: string, caughtUp = false): Promise<Found | undefined> {
+  async remote(key: string): Promise<Found | undefined> {
     const redis = this.#redis;
     if (redis === undefined) return undefined;
     const entry = await redis.guard.run('get', redis.store.redisKey(key), () => redis.store.get(key));
     // Purges this instance may not have heard of (purge-sync.ts): Redis may hold what one dropped,
     // so the counters are read after the entry, and without them nothing read is served.
-    if (entry !== undefined && !caughtUp && !redis.purges.current && !(await redis.purges.catchUp())) return undefined;
+    if (entry !== undefined && !redis.purges.current && !(await redis.purges.catchUp())) return undefined;
     // Checked after the await, against the generations known now: a purge observed while the
     // read was in flight still applies to its result.
     const found = entry !== undefined && this.generations.accepts(key, entry.generation) ? this.#classify(entry) : undefined;
@@ -200,7 +190,11 @@ export class TieredCache {
       const retainMs = this.#retainUntil(entry) - this.#clock.now();
       if (retainMs <= 0) return;
       if (full !== entry && this.memory.holds(key, entry)) this.memory.set(key, full, retainMs);
-      if (redis === undefined) return;
+      // An instance that may have missed a purge keeps its fetches to itself: its stamp may be
+      // below the fleet's counters (every instance would reject the entry) or above counters
+      // Redis lost (a purge counted below it would not end the entry). Once resynced, its view
+      // is in the counters (the resync writes it back), and so is every stamp it gives.
+      if (redis === undefined || !redis.purges.current) return;
       // The fleet's date comes back with the write; until then memory serves the entry undated.
       const put = await redis.guard.run('set', redis.store.redisKey(key), () => redis.store.put(key, full, retainMs, onlyIfEmpty));
       if (put === undefined) return;
