@@ -262,7 +262,7 @@ function rejectionStarts(h: History, calls: readonly CallEvent[]): Set<CallEvent
  */
 export const providerStops: Invariant = {
   name: 'providerStops',
-  bound: 'no call on a credential within Retry-After of its 429 (cooldown_scope upstream); after its 401, until a reload or credential_recheck_seconds, at most one 401 on it per perch process started, a 401 after that taking it out again; around a Redis fault or a reload only advisory: a stop reaches the other instances once Redis can carry it, which the history does not tell',
+  bound: 'no call on a credential within Retry-After of its 429 (cooldown_scope upstream), but by an instance cut off from Redis when another instance heard the 429; after its 401, until a reload or credential_recheck_seconds, at most one 401 on it per perch process started, a 401 after that taking it out again; around a Redis fault or a reload only advisory: a stop reaches the other instances once Redis can carry it, which the history does not tell',
   check: (h) => {
     if (h.run.passThrough) return [];
     const out: Violation[] = [];
@@ -274,7 +274,8 @@ export const providerStops: Invariant = {
       let until: number;
       if (stop.status === 429 && stop.retryAfter !== undefined) {
         until = stop.end + stop.retryAfter * 1000;
-        bad = calls.find((c) => c.cred === stop.cred && c.start > stop.end + SLACK_MS && c.start < until - SLACK_MS);
+        // docs/provider.md: an instance cut off from Redis cannot hear of another's stop, and keeps to its own.
+        bad = calls.find((c) => c.cred === stop.cred && c.start > stop.end + SLACK_MS && c.start < until - SLACK_MS && !cutOffFrom(h, c, stop));
       } else if (stop.status === 401 && rejections.has(stop)) {
         until = rejectionEnd(h, stop);
         bad = calls.filter((c) => c.cred === stop.cred && c.status === 401 && c.start > stop.end + SLACK_MS && c.start < until)[processes];
@@ -286,6 +287,12 @@ export const providerStops: Invariant = {
     return out;
   },
 };
+
+/** Whether `call`'s instance was cut off from Redis when it made the call, and `stop` was another instance's. */
+function cutOffFrom(h: History, call: CallEvent, stop: CallEvent): boolean {
+  if (call.inst === undefined || call.inst === stop.inst) return false;
+  return h.faults.some((f) => f.kind === 'relay-cut' && f.inst === call.inst && f.at <= call.start && call.start <= f.until);
+}
 
 /** docs/provider.md "Budgets": one key's provider calls per calendar window within `provider_calls.limit`. */
 export const perKeyBudget: Invariant = {

@@ -163,6 +163,12 @@ describe('fleet invariants', () => {
     const stop = call(0, { status: 429, retryAfter: 2, end: 10 });
     assert.equal(providerStops.check(history({ calls: [stop, call(500, { cred: 'c2' }), call(2100)] })).length, 0);
     assert.equal(providerStops.check(history({ calls: [stop, call(1500)] })).length, 1);
+    // An instance cut off from Redis keeps to its own stops: another instance's 429 is not one.
+    const heard = call(0, { status: 429, retryAfter: 2, end: 10, inst: 0 });
+    const cut: FaultEvent = { t: 'fault', kind: 'relay-cut', at: 1000, until: 3000, inst: 2 };
+    assert.equal(providerStops.check(history({ faults: [cut], calls: [heard, call(1500, { inst: 2 })] })).length, 0);
+    assert.equal(providerStops.check(history({ faults: [cut], calls: [heard, call(1500, { inst: 0 })] })).length, 1);
+    assert.equal(providerStops.check(history({ faults: [cut], calls: [heard, call(900, { inst: 2 })] })).length, 1);
   });
 
   it('providerStops: after a 401, one more 401 per process that learns it for itself, until a reload', () => {
