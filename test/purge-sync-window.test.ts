@@ -5,6 +5,7 @@
 // cuts, its commands straight to Redis; a whole perch on the same Redis fills it and purges.
 import assert from 'node:assert/strict';
 import { test, type TestContext } from 'node:test';
+import { newEntry } from '../src/cache/entry.js';
 import { Generations } from '../src/cache/generations.js';
 import { MemoryStore } from '../src/cache/memory-store.js';
 import { PurgeSync } from '../src/cache/purge-sync.js';
@@ -23,6 +24,7 @@ import { sampleProvider, startUpstream } from './helpers/upstream-server.js';
 
 const PATH = '/v1/users/1';
 const LATER = '/v1/users/2';
+const TWIN = '/v1/users/by/username/seven';
 
 interface Bench {
   readonly redis: TestRedis;
@@ -122,6 +124,20 @@ test('perch listens at once on a Redis that refuses connections or does not answ
   await other.set('t:gen', 'not a hash');
   const unreadable = await listening(redis.url);
   assert.ok(unreadable.ms >= 2000 && unreadable.ms < 3000, `unreadable: listening after ${Math.round(unreadable.ms)} ms`);
-  assert.equal(unreadable.perch.logs.lines().filter((l) => l.msg === 'listening before the cache purge counters synced: each Redis read reads them too until they are').length, 1);
+  assert.equal(unreadable.perch.logs.lines().filter((l) => l.msg === 'listening before the cache purge counters synced: until they are, each Redis read reads them too and nothing is written to Redis').length, 1);
   assert.equal((await unreadable.perch.request(PATH)).status, 200);
+});
+
+test("while unsynced, a user's twin route lands in memory as it does without Redis, where nothing is written meanwhile", { timeout: 20_000 }, async (t) => {
+  const b = await bench(t);
+  b.relay.hold();
+  const cache = await instance(t, b);
+  const body = Buffer.from(JSON.stringify({ id: '7', username: 'seven' }));
+  const entry = (key: string) => newEntry({ status: 200, body, storedAt: b.clock.now(), ttlMs: 60_000, generation: cache.generations.restamp(cache.generations.stamp(key), key)! });
+  const { accepted, settled } = cache.store([{ key: PATH, entry: entry(PATH) }, { key: TWIN, entry: entry(TWIN), onlyIfEmpty: true }], b.filler.config.cache.compression);
+  assert.deepEqual(accepted, [true, true]);
+  await settled;
+  assert.notEqual(cache.local(PATH), undefined);
+  assert.notEqual(cache.local(TWIN), undefined, 'the twin: in neither tier, its next request would be a provider call');
+  assert.equal(await b.filler.cache.remote(PATH), undefined, 'nothing written to Redis');
 });

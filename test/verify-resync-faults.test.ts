@@ -138,7 +138,7 @@ test(
   async (t) => {
     const upstream = await startUpstream(t, slow(600));
     const { a, b } = await aAndUnsyncedB(t, (url) => testConfig(v1('main', upstream.url), `cache: { stale_seconds: 0, redis: { url: "${url}", prefix: "t:", command_timeout_ms: 1000 } }`));
-    assert.equal(b.logs.lines().filter((l) => l.msg === 'listening before the cache purge counters synced: each Redis read reads them too until they are').length, 1);
+    assert.equal(b.logs.lines().filter((l) => l.msg === 'listening before the cache purge counters synced: until they are, each Redis read reads them too and nothing is written to Redis').length, 1);
     // A leads the fleet's flight for PATH; B misses the same path while A's call runs.
     const leading = a.request(PATH);
     await waitFor(() => upstream.requests.length === 1);
@@ -271,7 +271,7 @@ test(
     await root.set('t:gen', 'not a hash');
     await root.call('CLIENT', 'KILL', 'TYPE', 'pubsub');
     await waitFor(async () => (await perch.cache.remote(PATH)) === undefined);
-    const warned = () => perch.logs.lines().some((l) => l.msg === 'cache purge counters not synced: each Redis read reads them too until they are');
+    const warned = () => perch.logs.lines().some((l) => l.msg === 'cache purge counters not synced: until they are, each Redis read reads them too and nothing is written to Redis');
     const since = performance.now();
     let said = true;
     await waitFor(warned, 5000).catch(() => (said = false));
@@ -430,7 +430,7 @@ test('the start line about unsynced purge counters gives the time perch really w
   const started = performance.now();
   const perch = await startPerch(t, testConfig(v1('main', upstream.url), `cache: { redis: { url: "redis://127.0.0.1:${port}", prefix: "t:" } }`));
   const ms = performance.now() - started;
-  const line = perch.logs.lines().find((l) => l.msg === 'listening before the cache purge counters synced: each Redis read reads them too until they are');
+  const line = perch.logs.lines().find((l) => l.msg === 'listening before the cache purge counters synced: until they are, each Redis read reads them too and nothing is written to Redis');
   assert.ok(line !== undefined, 'the line is logged');
   const waited = (line as { waited_ms?: number }).waited_ms ?? NaN;
   assert.ok(waited <= ms + 50, `logged waited_ms ${waited} for a start that took ${Math.round(ms)} ms in all (Redis refusing)`);
@@ -699,3 +699,31 @@ test(
     assert.ok(slowest < 100, `memory hits with Redis frozen, unsynced (command_timeout_ms 500): ${JSON.stringify(took)}; provider calls ${upstream.requests.length}`);
   },
 );
+
+/** A whole perch on a Redis user that may subscribe to no channel (`noChannels`): never synced, never cut off. */
+async function unsyncedPerch(t: TestContext) {
+  const redis = await startRedis(t);
+  await noChannels(await admin(t, redis.url), 'perchb');
+  const upstream = await startUpstream(t, sampleProvider);
+  const perch = await startPerch(t, testConfig(v1('main', upstream.url), `cache: { stale_seconds: 0, ttl_seconds: { user: 100, user_by_username: 50 }, redis: { url: "${asUser(redis.port, 'perchb')}", prefix: "t:" } }`), { clock: new ManualClock() });
+  await waitFor(() => perch.cache.redisConnected === true);
+  assert.equal(perch.cache.current, false);
+  return { perch, upstream };
+}
+
+test('an unsynced perch answers a user by id from its fetch by username: one provider call for both routes', { timeout: 20_000 }, async (t) => {
+  const { perch, upstream } = await unsyncedPerch(t);
+  assert.equal((await perch.request('/v1/users/by/username/alice')).status, 200);
+  const twin = await perch.request('/v1/users/123');
+  assert.equal(twin.status, 200);
+  assert.equal(upstream.requests.length, 1, `twin route: ${twin.headers.get('cache-status')}`);
+});
+
+test('an unsynced perch dates what it fetches itself: Last-Modified on a hit, and a matching If-Modified-Since is 304', { timeout: 20_000 }, async (t) => {
+  const { perch } = await unsyncedPerch(t);
+  assert.equal((await perch.request('/v1/users/123')).status, 200);
+  const hit = await perch.request('/v1/users/123');
+  const lastModified = hit.headers.get('last-modified');
+  assert.ok(lastModified !== null, `no Last-Modified on ${hit.headers.get('cache-status')}`);
+  assert.equal((await perch.request('/v1/users/123', { headers: { 'if-modified-since': lastModified } })).status, 304);
+});

@@ -171,7 +171,7 @@ export function createPerch(options: PerchOptions): Perch {
       const { worker } = options;
       const waiting = performance.now();
       if (!(await tiers.cache.started(START_SYNC_MS))) {
-        logger.warn({ waited_ms: Math.round(performance.now() - waiting) }, 'listening before the cache purge counters synced: each Redis read reads them too until they are');
+        logger.warn({ waited_ms: Math.round(performance.now() - waiting) }, 'listening before the cache purge counters synced: until they are, each Redis read reads them too and nothing is written to Redis');
       }
       const metricsPort = config.metrics.port === undefined || config.metrics.port === 0 ? 0 : config.metrics.port + (worker ?? 1) - 1;
       if (metricsServer !== undefined) await bind(metricsServer, metricsPort, config.server.host, false);

@@ -340,7 +340,7 @@ export class PurgeSync {
         // for a second, then the retries go on quietly until one succeeds.
         if (!told && connection === this.#connection && performance.now() - began >= RESYNC_TELL_MS) {
           told = true;
-          this.#logger.warn({ reason: error instanceof Error ? error.message : String(error) }, 'cache purge counters not synced: each Redis read reads them too until they are');
+          this.#logger.warn({ reason: error instanceof Error ? error.message : String(error) }, 'cache purge counters not synced: until they are, each Redis read reads them too and nothing is written to Redis');
         }
         await sleep(delay, undefined, { ref: false });
       }

@@ -494,8 +494,9 @@ export class ReadThrough {
     // dates them against what it last stored there.
     let dated: Dated = { etag, modifiedAt: storedAt, undated: true };
     // Alone, whether this route's own bytes changed is known here (with Redis, from its write).
+    // So it is while this instance writes nothing to Redis (purge counters not synced).
     let sourceChanged: boolean | undefined;
-    if (!cache.shared) {
+    if (!cache.shared || !cache.current) {
       const own = targets[0]!.path;
       const known = this.#dated.get(own);
       // Against what this route itself last answered, not bytes its twin wrote under it.

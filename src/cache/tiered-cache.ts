@@ -149,11 +149,16 @@ export class TieredCache {
    */
   store(writes: readonly CacheWrite[], compression: CompressionConfig): StoreResult {
     const accepted = writes.map((w) => this.generations.accepts(w.key, w.entry.generation));
-    const kept = writes.filter((w, i) => accepted[i] && (w.onlyIfEmpty !== true || this.#redis !== undefined || this.#vacant(w)));
-    // With Redis, a write only where the key is empty waits for Redis to say it was.
-    for (const { key, entry, onlyIfEmpty } of kept) if (onlyIfEmpty !== true || this.#redis === undefined) this.memory.set(key, entry, this.#retainUntil(entry) - this.#clock.now());
+    // An instance that may have missed a purge keeps its fetches to itself, as one without Redis:
+    // its stamp may be below the fleet's counters (every instance would reject the entry) or
+    // above counters Redis lost (a purge counted below it would not end the entry). Once
+    // resynced, its view is in the counters (the resync writes it back), and so is every stamp.
+    const shared = this.#redis !== undefined && this.#redis.purges.current;
+    const kept = writes.filter((w, i) => accepted[i] && (w.onlyIfEmpty !== true || shared || this.#vacant(w)));
+    // Shared, a write only where the key is empty waits for Redis to say it was.
+    for (const { key, entry, onlyIfEmpty } of kept) if (onlyIfEmpty !== true || !shared) this.memory.set(key, entry, this.#retainUntil(entry) - this.#clock.now());
     if (kept.length === 0) return { accepted, settled: Promise.resolve() };
-    const settled = this.#publish(kept, compression);
+    const settled = this.#publish(kept, compression, shared);
     this.#pending.add(settled);
     void settled.finally(() => this.#pending.delete(settled));
     return { accepted, settled };
@@ -178,7 +183,7 @@ export class TieredCache {
    * The variants, made once for all keys (they share one body), replace the memory entries
    * unless something newer did meanwhile; then Redis gets the compressed form.
    */
-  async #publish(writes: readonly CacheWrite[], compression: CompressionConfig): Promise<void> {
+  async #publish(writes: readonly CacheWrite[], compression: CompressionConfig, shared: boolean): Promise<void> {
     const body = writes[0]!.entry.body;
     const variants = compressible(body, compression) ? await encode(body, compression) : undefined;
     const redis = this.#redis;
@@ -190,11 +195,8 @@ export class TieredCache {
       const retainMs = this.#retainUntil(entry) - this.#clock.now();
       if (retainMs <= 0) return;
       if (full !== entry && this.memory.holds(key, entry)) this.memory.set(key, full, retainMs);
-      // An instance that may have missed a purge keeps its fetches to itself: its stamp may be
-      // below the fleet's counters (every instance would reject the entry) or above counters
-      // Redis lost (a purge counted below it would not end the entry). Once resynced, its view
-      // is in the counters (the resync writes it back), and so is every stamp it gives.
-      if (redis === undefined || !redis.purges.current) return;
+      // Not shared (see `store`), or no longer: a subscription lost since is a purge maybe missed.
+      if (redis === undefined || !shared || !redis.purges.current) return;
       // The fleet's date comes back with the write; until then memory serves the entry undated.
       const put = await redis.guard.run('set', redis.store.redisKey(key), () => redis.store.put(key, full, retainMs, onlyIfEmpty));
       if (put === undefined) return;
