@@ -719,11 +719,3 @@ test('an unsynced perch answers a user by id from its fetch by username: one pro
   assert.equal(upstream.requests.length, 1, `twin route: ${twin.headers.get('cache-status')}`);
 });
 
-test('an unsynced perch dates what it fetches itself: Last-Modified on a hit, and a matching If-Modified-Since is 304', { timeout: 20_000 }, async (t) => {
-  const { perch } = await unsyncedPerch(t);
-  assert.equal((await perch.request('/v1/users/123')).status, 200);
-  const hit = await perch.request('/v1/users/123');
-  const lastModified = hit.headers.get('last-modified');
-  assert.ok(lastModified !== null, `no Last-Modified on ${hit.headers.get('cache-status')}`);
-  assert.equal((await perch.request('/v1/users/123', { headers: { 'if-modified-since': lastModified } })).status, 304);
-});

@@ -494,9 +494,8 @@ export class ReadThrough {
     // dates them against what it last stored there.
     let dated: Dated = { etag, modifiedAt: storedAt, undated: true };
     // Alone, whether this route's own bytes changed is known here (with Redis, from its write).
-    // So it is while this instance writes nothing to Redis (purge counters not synced).
     let sourceChanged: boolean | undefined;
-    if (!cache.shared || !cache.current) {
+    if (!cache.shared) {
       const own = targets[0]!.path;
       const known = this.#dated.get(own);
       // Against what this route itself last answered, not bytes its twin wrote under it.
